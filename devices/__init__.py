@@ -1,0 +1,1 @@
+"""The device catalog: one TOML file per accelerator, shipped as package data."""

@@ -1,0 +1,1 @@
+"""Tier templates a what-if can add to any device (data files)."""

@@ -1,0 +1,611 @@
+"""The decode-step walker: every op of one decode step, tile by tile, through the memory tiers.
+
+One module holds the walker and every helper it calls, because Numba's on-disk cache does not
+notice an edit to a helper in another file. Inputs are the plan's flat tables (an int64 op table
+with the columns named below, a float64 one, per-tier arrays) and the residency state; outputs are
+counter arrays the caller allocates. Counts are in *bits* so that 4-bit payloads and 20-bit group
+metadata add up exactly; the caller turns them into bytes.
+
+Cycle model, per wave of work units spread over the cores: the wave takes the longest of its bytes
+through each tier over that tier's sustained bandwidth and its slowest unit's operations over one
+core's share of the peak (so a partial last wave costs a full unit's compute time), plus the load
+latency of the farthest tier it touches (the first tile of each unit cannot be double buffered).
+Each op also pays the device's launch and synchronisation overhead. Time is split into the column
+of whatever bound it, so an op's ``bound by`` is the largest column.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from memsim.kernels.jit import jit, jit_inline
+
+# Op kinds.
+OP_EMBED = 0
+OP_NORM = 1
+OP_MATMUL = 2
+OP_ATTENTION = 3
+OP_KV_APPEND = 4
+
+# Columns of the int64 op table.
+C_KIND = 0
+C_LAYER = 1
+C_M = 2             # activation rows: batch x new tokens per sequence
+C_K = 3             # contraction length (hidden for embed and norm rows)
+C_N = 4             # output columns (vocab rows of an embedding table)
+C_TENSOR = 5        # tensor id: residency keys and the pinned flag use it
+C_HOME = 6          # home tier index of the weights or KV cache
+C_PINNED = 7        # 1: once loaded on chip, never evicted
+C_ELEM_BITS = 8     # storage format of the weight or KV rows
+C_GROUP = 9
+C_META_BITS = 10
+C_PADDED = 11
+C_TENSOR_META_BITS = 12
+C_TILE_K = 13
+C_TILE_N = 14
+C_M_GRAIN = 15      # matrix unit's row granularity: M is padded to a multiple of it
+C_BATCH = 16        # attention and KV append
+C_KV_HEADS = 17
+C_Q_PER_KV = 18
+C_HEAD_DIM = 19
+C_CONTEXT = 20      # tokens in each sequence's cache before the first emulated step
+C_NEW_TOKENS = 21
+C_KV_BLOCK = 22
+C_KV_ROW_BITS = 23  # one token's K (or V) of one head, metadata included
+C_ACT_BITS = 24     # activation element bits
+C_KV_MAX_BLOCKS = 25  # KV blocks per sequence at the last emulated step (spaces tile indices)
+N_INT_COLS = 26
+
+# Columns of the float64 op table.
+F_PEAK = 0          # matrix operations/s the op runs at (whole chip)
+F_DEQUANT_OPS = 1   # vector operations per stored element to dequantize (0 when native)
+N_FLOAT_COLS = 2
+
+# Columns of the per-op integer results.
+R_HITS = 0
+R_MISSES = 1
+R_HIT_BITS = 2
+R_FLOPS = 3
+R_VECTOR_OPS = 4
+R_WAVES = 5
+R_ACT_READ_BITS = 6
+R_ACT_WRITTEN_BITS = 7
+N_RESULT_COLS = 8
+
+# Residency state (int64 array).
+S_HEAD = 0          # most recently used run
+S_TAIL = 1          # least recently used run
+S_USED_BITS = 2
+S_CAPACITY_BITS = 3
+S_FREE = 4          # free list of run nodes
+S_CURSOR = 5        # where the current op's next lookup starts in its tensor's run list
+S_RUNS = 6          # live runs
+N_STATE = 7
+
+# Columns of a run node: tiles [lo, hi) of one tensor, all of the same size, whose recency
+# rises with the index; runs are linked by recency and, per tensor, in index order.
+N_TENSOR = 0
+N_LO = 1
+N_HI = 2
+N_BITS = 3
+N_NEWER = 4
+N_OLDER = 5
+N_PREV = 6          # previous run of the same tensor, by index
+N_NEXT = 7          # next run of the same tensor, by index
+N_NODE_COLS = 8
+
+NIL = -1
+PARTIAL_SUM_BITS = 32   # split-K and split-context partial results are FP32
+SOFTMAX_OPS = 4         # vector operations per attention score (max, exp, sum, scale)
+NORM_OPS = 4            # vector operations per element of an RMSNorm (square, sum, scale, weight)
+
+
+# The on-chip tier is an exact LRU over tiles, keyed by (tensor, tile index), with a byte
+# capacity. Each op looks its tensor's tiles up in rising index order, so the cache is kept as
+# runs of consecutive tiles: a lookup advances a cursor along the tensor's runs, a fill extends
+# the newest run, an eviction trims the oldest run's oldest tile. Every operation is O(1)
+# amortised and touches a few cache lines, where a hash table would touch many.
+
+@jit_inline
+def _unlink(x, state, nodes, tensor_first, tensor_last):
+    """Remove an emptied run from both lists and return it to the free list."""
+    newer = nodes[x, N_NEWER]
+    older = nodes[x, N_OLDER]
+    if newer == NIL:
+        state[S_HEAD] = older
+    else:
+        nodes[newer, N_OLDER] = older
+    if older == NIL:
+        state[S_TAIL] = newer
+    else:
+        nodes[older, N_NEWER] = newer
+    tensor = nodes[x, N_TENSOR]
+    prev = nodes[x, N_PREV]
+    nxt = nodes[x, N_NEXT]
+    if prev == NIL:
+        tensor_first[tensor] = nxt
+    else:
+        nodes[prev, N_NEXT] = nxt
+    if nxt == NIL:
+        tensor_last[tensor] = prev
+    else:
+        nodes[nxt, N_PREV] = prev
+    if state[S_CURSOR] == x:
+        state[S_CURSOR] = nxt
+    nodes[x, N_NEXT] = state[S_FREE]
+    state[S_FREE] = x
+    state[S_RUNS] -= 1
+
+
+@jit_inline
+def _new_run(tensor, lo, hi, bits, state, nodes):
+    x = state[S_FREE]
+    state[S_FREE] = nodes[x, N_NEXT]
+    nodes[x, N_TENSOR] = tensor
+    nodes[x, N_LO] = lo
+    nodes[x, N_HI] = hi
+    nodes[x, N_BITS] = bits
+    state[S_RUNS] += 1
+    return x
+
+
+@jit_inline
+def _link_tensor_before(x, before, tensor, nodes, tensor_first, tensor_last):
+    """Insert run ``x`` into its tensor's index-ordered list before ``before`` (NIL: at the end)."""
+    if before == NIL:
+        prev = tensor_last[tensor]
+        tensor_last[tensor] = x
+    else:
+        prev = nodes[before, N_PREV]
+        nodes[before, N_PREV] = x
+    nodes[x, N_PREV] = prev
+    nodes[x, N_NEXT] = before
+    if prev == NIL:
+        tensor_first[tensor] = x
+    else:
+        nodes[prev, N_NEXT] = x
+
+
+@jit_inline
+def _make_newest(tensor, t, bits, state, nodes, tensor_first, tensor_last):
+    """Put tile ``t`` at the most recently used end, extending the newest run when it continues it."""
+    head = state[S_HEAD]
+    state[S_USED_BITS] += bits
+    if (head != NIL and nodes[head, N_TENSOR] == tensor and nodes[head, N_HI] == t
+            and nodes[head, N_BITS] == bits):
+        nodes[head, N_HI] = t + 1
+        state[S_CURSOR] = head
+        return
+    x = _new_run(tensor, t, t + 1, bits, state, nodes)
+    nodes[x, N_NEWER] = NIL
+    nodes[x, N_OLDER] = head
+    if head == NIL:
+        state[S_TAIL] = x
+    else:
+        nodes[head, N_NEWER] = x
+    state[S_HEAD] = x
+    after = state[S_CURSOR]
+    while after != NIL and nodes[after, N_HI] <= t:
+        after = nodes[after, N_NEXT]
+    _link_tensor_before(x, after, tensor, nodes, tensor_first, tensor_last)
+    state[S_CURSOR] = x
+
+
+@jit_inline
+def _evict_oldest(state, nodes, tensor_first, tensor_last):
+    """Drop the least recently used tile: the first tile of the oldest run."""
+    x = state[S_TAIL]
+    nodes[x, N_LO] += 1
+    state[S_USED_BITS] -= nodes[x, N_BITS]
+    if nodes[x, N_LO] == nodes[x, N_HI]:
+        _unlink(x, state, nodes, tensor_first, tensor_last)
+
+
+@jit_inline
+def _lookup(tensor, t, bits, state, nodes, tensor_first, tensor_last):
+    """Touch tile ``t`` of ``tensor`` (indices rise within an op); True on a hit.
+
+    A miss fills the tile, evicting least recently used tiles until it fits; a tile larger than
+    the whole LRU capacity streams past without being kept.
+    """
+    c = state[S_CURSOR]
+    while c != NIL and nodes[c, N_HI] <= t:
+        c = nodes[c, N_NEXT]
+    state[S_CURSOR] = c
+    if c != NIL and nodes[c, N_LO] <= t:
+        lo = nodes[c, N_LO]
+        hi = nodes[c, N_HI]
+        state[S_USED_BITS] -= bits
+        if t == lo:
+            nodes[c, N_LO] = t + 1
+            if t + 1 == hi:
+                _unlink(c, state, nodes, tensor_first, tensor_last)
+        elif t == hi - 1:
+            nodes[c, N_HI] = t
+        else:
+            r = _new_run(tensor, t + 1, hi, nodes[c, N_BITS], state, nodes)
+            nodes[c, N_HI] = t
+            newer = nodes[c, N_NEWER]
+            nodes[r, N_OLDER] = c
+            nodes[r, N_NEWER] = newer
+            nodes[c, N_NEWER] = r
+            if newer == NIL:
+                state[S_HEAD] = r
+            else:
+                nodes[newer, N_OLDER] = r
+            _link_tensor_before(r, nodes[c, N_NEXT], tensor, nodes, tensor_first, tensor_last)
+        _make_newest(tensor, t, bits, state, nodes, tensor_first, tensor_last)
+        return True
+    if bits > state[S_CAPACITY_BITS]:
+        return False
+    while state[S_USED_BITS] + bits > state[S_CAPACITY_BITS]:
+        _evict_oldest(state, nodes, tensor_first, tensor_last)
+    _make_newest(tensor, t, bits, state, nodes, tensor_first, tensor_last)
+    return False
+
+
+@jit_inline
+def _begin_op(tensor, state, tensor_first):
+    """Point the cursor at the first run of the tensor an op is about to walk."""
+    state[S_CURSOR] = tensor_first[tensor]
+
+
+@jit_inline
+def _tile_bits(k0, kk, nn, elem_bits, group, meta_bits, padded):
+    """Bits of ``nn`` rows of ``kk`` elements starting at ``k0``; groups belong to the tile they start in."""
+    if group == 0:
+        return kk * nn * elem_bits
+    starts = (k0 + kk + group - 1) // group - (k0 + group - 1) // group
+    payload = starts * group if padded else kk
+    return (payload * elem_bits + starts * meta_bits) * nn
+
+
+@jit_inline
+def _round_up(n, grain):
+    return (n + grain - 1) // grain * grain
+
+
+@jit_inline
+def _padded_rows(rows, grain):
+    return _round_up(rows, grain) if grain > 1 else rows
+
+
+@jit_inline
+def _mix(x):
+    """splitmix64 finaliser: a deterministic pseudo-random stream from a counter."""
+    z = np.uint64(x) + np.uint64(0x9E3779B97F4A7C15)
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return z ^ (z >> np.uint64(31))
+
+
+@jit_inline
+def _fetch(tensor, t, bits, home, pinned, step_loaded, pinned_loaded, state, nodes,
+           tensor_first, tensor_last):
+    """Bring tile ``t`` of ``tensor`` to the compute; True when the on-chip tier already held it."""
+    if home == 0:
+        return True
+    if pinned == 1:
+        step_loaded[tensor] = 1
+        return pinned_loaded[tensor] == 1
+    return _lookup(tensor, t, bits, state, nodes, tensor_first, tensor_last)
+
+
+@jit_inline
+def _record_tiles(op, home, hits, misses, hit_bits, miss_bits, read_bits, written_bits, results):
+    """Store an op's tile traffic: everything is read on chip, misses come from home and fill."""
+    results[op, R_HITS] += hits
+    results[op, R_MISSES] += misses
+    results[op, R_HIT_BITS] += hit_bits
+    read_bits[op, 0] += hit_bits + miss_bits
+    if miss_bits > 0:
+        read_bits[op, home] += miss_bits
+        written_bits[op, 0] += miss_bits
+
+
+@jit
+def _close_wave(op, wave_bits, unit_compute_s, tier_bandwidth, tier_latency_s, times):
+    """Charge one wave's time to the column of what bound it, plus its exposed latency."""
+    n_tiers = tier_bandwidth.shape[0]
+    best = unit_compute_s
+    best_col = n_tiers
+    farthest = 0
+    for t in range(n_tiers):
+        if wave_bits[t] > 0:
+            farthest = t
+            seconds = wave_bits[t] / 8.0 / tier_bandwidth[t]
+            if seconds > best:
+                best = seconds
+                best_col = t
+        wave_bits[t] = 0
+    times[op, best_col] += best
+    times[op, n_tiers + 1] += tier_latency_s[farthest]
+
+
+@jit
+def _matmul(op, op_int, op_float, n_cores, vector_rate, tier_bandwidth, tier_latency_s,
+            step_loaded, pinned_loaded, state, nodes, tensor_first, tensor_last, read_bits,
+            written_bits, results, times, wave_bits):
+    m = op_int[op, C_M]
+    k = op_int[op, C_K]
+    n = op_int[op, C_N]
+    tk = op_int[op, C_TILE_K]
+    tn = op_int[op, C_TILE_N]
+    tensor = op_int[op, C_TENSOR]
+    home = op_int[op, C_HOME]
+    pinned = op_int[op, C_PINNED]
+    elem_bits = op_int[op, C_ELEM_BITS]
+    group = op_int[op, C_GROUP]
+    meta_bits = op_int[op, C_META_BITS]
+    padded = op_int[op, C_PADDED]
+    act_bits = op_int[op, C_ACT_BITS]
+    m_charged = _padded_rows(m, op_int[op, C_M_GRAIN])
+    core_peak = op_float[op, F_PEAK] / n_cores
+    core_vector = vector_rate / n_cores
+    dequant_ops = op_float[op, F_DEQUANT_OPS]
+
+    n_tiles = (n + tn - 1) // tn
+    k_tiles = (k + tk - 1) // tk
+    split = 1
+    if n_tiles < n_cores:
+        split = min(k_tiles, n_cores // n_tiles)
+    k_tiles_per_unit = (k_tiles + split - 1) // split
+    split = (k_tiles + k_tiles_per_unit - 1) // k_tiles_per_unit
+    units = n_tiles * split
+    waves = (units + n_cores - 1) // n_cores
+    out_bits = PARTIAL_SUM_BITS if split > 1 else act_bits
+    aligned = group == 0 or tk % group == 0
+    full_bits = _tile_bits(0, tk, tn, elem_bits, group, meta_bits, padded)
+
+    _begin_op(tensor, state, tensor_first)
+    hits = 0
+    misses = 0
+    hit_bits = 0
+    miss_bits = 0
+    t = 0
+    for w in range(waves):
+        slowest = 0.0
+        for u in range(w * n_cores, min(units, (w + 1) * n_cores)):
+            nt = u // split
+            kt0 = (u % split) * k_tiles_per_unit
+            kt1 = min(k_tiles, kt0 + k_tiles_per_unit)
+            nn = min(tn, n - nt * tn)
+            unit_elements = 0
+            for kt in range(kt0, kt1):
+                k0 = kt * tk
+                kk = min(tk, k - k0)
+                if aligned and kk == tk and nn == tn:
+                    bits = full_bits
+                else:
+                    bits = _tile_bits(k0, kk, nn, elem_bits, group, meta_bits, padded)
+                if kt == 0 and nt == 0:
+                    bits += op_int[op, C_TENSOR_META_BITS]
+                if _fetch(tensor, t, bits, home, pinned, step_loaded, pinned_loaded, state,
+                          nodes, tensor_first, tensor_last):
+                    hits += 1
+                    hit_bits += bits
+                else:
+                    misses += 1
+                    miss_bits += bits
+                    wave_bits[home] += bits
+                wave_bits[0] += bits
+                t += 1
+                unit_elements += kk * nn
+            act = m * (min(k, kt1 * tk) - kt0 * tk)
+            out = m * nn * out_bits
+            results[op, R_ACT_READ_BITS] += act * act_bits
+            results[op, R_ACT_WRITTEN_BITS] += out
+            wave_bits[0] += act * act_bits + out
+            results[op, R_FLOPS] += 2 * m * unit_elements
+            vector_ops = dequant_ops * unit_elements
+            results[op, R_VECTOR_OPS] += np.int64(vector_ops)
+            unit_s = 2.0 * m_charged * unit_elements / core_peak + vector_ops / core_vector
+            slowest = max(slowest, unit_s)
+        if w == waves - 1 and split > 1:
+            reduce_read = split * m * n * PARTIAL_SUM_BITS
+            reduce_written = m * n * act_bits
+            results[op, R_ACT_READ_BITS] += reduce_read
+            results[op, R_ACT_WRITTEN_BITS] += reduce_written
+            wave_bits[0] += reduce_read + reduce_written
+        _close_wave(op, wave_bits, slowest, tier_bandwidth, tier_latency_s, times)
+    results[op, R_WAVES] += waves
+    _record_tiles(op, home, hits, misses, hit_bits, miss_bits, read_bits, written_bits, results)
+
+
+@jit
+def _attention(op, op_int, op_float, step, n_cores, vector_rate, tier_bandwidth,
+               tier_latency_s, tier_granularity, step_loaded, pinned_loaded, state, nodes,
+               tensor_first, tensor_last, read_bits, written_bits, results, times, wave_bits):
+    batch = op_int[op, C_BATCH]
+    kv_heads = op_int[op, C_KV_HEADS]
+    q_per_kv = op_int[op, C_Q_PER_KV]
+    head_dim = op_int[op, C_HEAD_DIM]
+    new_tokens = op_int[op, C_NEW_TOKENS]
+    block = op_int[op, C_KV_BLOCK]
+    max_blocks = op_int[op, C_KV_MAX_BLOCKS]
+    tensor = op_int[op, C_TENSOR]
+    home = op_int[op, C_HOME]
+    pinned = op_int[op, C_PINNED]
+    act_bits = op_int[op, C_ACT_BITS]
+    tokens = op_int[op, C_CONTEXT] + (step + 1) * new_tokens
+    blocks = (tokens + block - 1) // block
+    block_bits = 8 * _round_up((block * op_int[op, C_KV_ROW_BITS] + 7) // 8,
+                               tier_granularity[home])
+    rows = q_per_kv * new_tokens
+    rows_charged = _padded_rows(rows, op_int[op, C_M_GRAIN])
+    core_peak = op_float[op, F_PEAK] / n_cores
+    core_vector = vector_rate / n_cores
+    dequant_ops = op_float[op, F_DEQUANT_OPS]
+
+    streams = batch * kv_heads
+    split = 1
+    if streams < n_cores:
+        split = min(blocks, n_cores // streams)
+    blocks_per_unit = (blocks + split - 1) // split
+    split = (blocks + blocks_per_unit - 1) // blocks_per_unit
+    units = streams * split
+    waves = (units + n_cores - 1) // n_cores
+    out_bits = PARTIAL_SUM_BITS if split > 1 else act_bits
+
+    _begin_op(tensor, state, tensor_first)
+    hits = 0
+    misses = 0
+    hit_bits = 0
+    miss_bits = 0
+    for w in range(waves):
+        slowest = 0.0
+        for u in range(w * n_cores, min(units, (w + 1) * n_cores)):
+            stream = u // split
+            j0 = (u % split) * blocks_per_unit
+            j1 = min(blocks, j0 + blocks_per_unit)
+            for j in range(j0, j1):
+                for kv in range(2):
+                    t = (stream * max_blocks + j) * 2 + kv
+                    if _fetch(tensor, t, block_bits, home, pinned, step_loaded, pinned_loaded,
+                              state, nodes, tensor_first, tensor_last):
+                        hits += 1
+                        hit_bits += block_bits
+                    else:
+                        misses += 1
+                        miss_bits += block_bits
+                        wave_bits[home] += block_bits
+                    wave_bits[0] += block_bits
+            tok0 = j0 * block
+            tok1 = min(tokens, j1 * block)
+            visible = 0
+            for i in range(new_tokens):
+                seen = tokens - new_tokens + i + 1
+                visible += max(0, min(tok1, seen) - tok0)
+            results[op, R_FLOPS] += 4 * head_dim * q_per_kv * visible
+            vector_ops = (SOFTMAX_OPS * q_per_kv * visible
+                          + dequant_ops * 2 * head_dim * (tok1 - tok0))
+            results[op, R_VECTOR_OPS] += np.int64(vector_ops)
+            results[op, R_ACT_READ_BITS] += rows * head_dim * act_bits
+            results[op, R_ACT_WRITTEN_BITS] += rows * head_dim * out_bits
+            wave_bits[0] += rows * head_dim * (act_bits + out_bits)
+            unit_s = (4.0 * head_dim * rows_charged * (tok1 - tok0) / core_peak
+                      + vector_ops / core_vector)
+            slowest = max(slowest, unit_s)
+        if w == waves - 1 and split > 1:
+            reduce_read = streams * split * rows * (head_dim + 2) * PARTIAL_SUM_BITS
+            reduce_written = streams * rows * head_dim * act_bits
+            results[op, R_ACT_READ_BITS] += reduce_read
+            results[op, R_ACT_WRITTEN_BITS] += reduce_written
+            wave_bits[0] += reduce_read + reduce_written
+        _close_wave(op, wave_bits, slowest, tier_bandwidth, tier_latency_s, times)
+    results[op, R_WAVES] += waves
+    _record_tiles(op, home, hits, misses, hit_bits, miss_bits, read_bits, written_bits, results)
+
+
+@jit
+def _kv_append(op, op_int, n_cores, tier_bandwidth, tier_latency_s, tier_granularity,
+               written_bits, results, times, wave_bits):
+    """Write each sequence's new K and V rows of every KV head to the cache's home tier."""
+    streams = op_int[op, C_BATCH] * op_int[op, C_KV_HEADS]
+    new_tokens = op_int[op, C_NEW_TOKENS]
+    home = op_int[op, C_HOME]
+    write_bits = 8 * _round_up((new_tokens * op_int[op, C_KV_ROW_BITS] + 7) // 8,
+                               tier_granularity[home])
+    total = streams * 2 * write_bits
+    written_bits[op, home] += total
+    act = streams * 2 * new_tokens * op_int[op, C_HEAD_DIM] * op_int[op, C_ACT_BITS]
+    results[op, R_ACT_READ_BITS] += act
+    wave_bits[0] += act
+    wave_bits[home] += total
+    results[op, R_WAVES] += (streams + n_cores - 1) // n_cores
+    _close_wave(op, wave_bits, 0.0, tier_bandwidth, tier_latency_s, times)
+
+
+@jit
+def _vector_op(op, op_int, step, seed, vector_rate, tier_bandwidth, tier_latency_s,
+               step_loaded, pinned_loaded, state, nodes, tensor_first, tensor_last, read_bits,
+               written_bits, results, times, wave_bits):
+    """An embedding lookup (one table row per token) or an RMSNorm (one weight vector)."""
+    m = op_int[op, C_M]
+    k = op_int[op, C_K]
+    tensor = op_int[op, C_TENSOR]
+    home = op_int[op, C_HOME]
+    pinned = op_int[op, C_PINNED]
+    act_bits = op_int[op, C_ACT_BITS]
+    row_bits = _tile_bits(0, k, 1, op_int[op, C_ELEM_BITS], op_int[op, C_GROUP],
+                          op_int[op, C_META_BITS], op_int[op, C_PADDED])
+    _begin_op(tensor, state, tensor_first)
+    hits = 0
+    misses = 0
+    hit_bits = 0
+    miss_bits = 0
+    if op_int[op, C_KIND] == OP_EMBED:
+        tokens = np.empty(m, dtype=np.int64)
+        for r in range(m):
+            tokens[r] = np.int64(_mix(np.uint64(seed) * np.uint64(1000003)
+                                      + np.uint64(step * m + r)) % np.uint64(op_int[op, C_N]))
+        tokens.sort()
+        n_rows = m
+        vector_ops = 0
+    else:
+        tokens = np.zeros(1, dtype=np.int64)
+        n_rows = 1
+        row_bits += op_int[op, C_TENSOR_META_BITS]
+        vector_ops = NORM_OPS * m * k
+        results[op, R_ACT_READ_BITS] += m * k * act_bits
+        wave_bits[0] += m * k * act_bits
+    for r in range(n_rows):
+        if _fetch(tensor, tokens[r], row_bits, home, pinned, step_loaded, pinned_loaded, state,
+                  nodes, tensor_first, tensor_last):
+            hits += 1
+            hit_bits += row_bits
+        else:
+            misses += 1
+            miss_bits += row_bits
+            wave_bits[home] += row_bits
+        wave_bits[0] += row_bits
+    results[op, R_VECTOR_OPS] += vector_ops
+    results[op, R_ACT_WRITTEN_BITS] += m * k * act_bits
+    wave_bits[0] += m * k * act_bits
+    results[op, R_WAVES] += 1
+    _close_wave(op, wave_bits, vector_ops / vector_rate, tier_bandwidth, tier_latency_s, times)
+    _record_tiles(op, home, hits, misses, hit_bits, miss_bits, read_bits, written_bits, results)
+
+
+@jit
+def walk_step(op_int, op_float, step, seed, n_cores, vector_rate, launch_s, tier_bandwidth,
+              tier_latency_s, tier_granularity, pinned_loaded, state, nodes, tensor_first,
+              tensor_last, read_bits, written_bits, results, times):
+    """Emulate decode step ``step`` (0-based) of the plan's ops, accumulating into the outputs.
+
+    ``read_bits``/``written_bits`` are ``[op, tier]``; ``results`` is ``[op, R_*]``; ``times`` is
+    ``[op, tier... , compute, latency, launch]`` in seconds. The residency state (``state``,
+    ``nodes``, ``tensor_first``/``tensor_last``, ``pinned_loaded``) carries over between calls.
+    """
+    n_tiers = tier_bandwidth.shape[0]
+    wave_bits = np.zeros(n_tiers, dtype=np.int64)
+    step_loaded = pinned_loaded.copy()
+    for op in range(op_int.shape[0]):
+        kind = op_int[op, C_KIND]
+        if kind == OP_MATMUL:
+            _matmul(op, op_int, op_float, n_cores, vector_rate, tier_bandwidth, tier_latency_s,
+                    step_loaded, pinned_loaded, state, nodes, tensor_first, tensor_last,
+                    read_bits, written_bits, results, times, wave_bits)
+        elif kind == OP_ATTENTION:
+            _attention(op, op_int, op_float, step, n_cores, vector_rate, tier_bandwidth,
+                       tier_latency_s, tier_granularity, step_loaded, pinned_loaded, state,
+                       nodes, tensor_first, tensor_last, read_bits, written_bits, results,
+                       times, wave_bits)
+        elif kind == OP_KV_APPEND:
+            _kv_append(op, op_int, n_cores, tier_bandwidth, tier_latency_s, tier_granularity,
+                       written_bits, results, times, wave_bits)
+        else:
+            _vector_op(op, op_int, step, seed, vector_rate, tier_bandwidth, tier_latency_s,
+                       step_loaded, pinned_loaded, state, nodes, tensor_first, tensor_last,
+                       read_bits, written_bits, results, times, wave_bits)
+        times[op, n_tiers + 2] += launch_s
+    pinned_loaded[:] = step_loaded
+
+
+@jit
+def sum_tile_bits(n_tiles, tile_bits):
+    """The benchmark's floor: a bare loop that only sums tile sizes."""
+    total = 0
+    for i in range(n_tiles):
+        total += tile_bits + (i & 1)
+    return total

@@ -1,0 +1,425 @@
+"""Accelerators as data: loading, validating and overriding device files.
+
+A device file (``devices/*.toml``, format in ``docs/device-format.md``) is parsed into a frozen
+:class:`Device`. What-ifs (``with_overrides``, ``with_tier``, ``without_tier``) edit the file's
+data and validate it again, so a derived device obeys the same rules as a catalog one.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from memsim.datafile import (check_keys, read_toml_file, read_toml_text, require_int, require_str,
+                             require_table)
+from memsim.errors import ConfigError
+from memsim.formats import COMPUTE_CLASSES
+from memsim.units import parse_quantity
+
+TIER_KINDS = ("sram", "hbm", "lpddr", "ddr", "cxl", "nvme")
+POLICIES = ("hbm-centric", "sram-resident", "hybrid", "tiered", "weight-streaming")
+TOPOLOGIES = ("switch", "ring", "torus-2d", "torus-3d", "mesh", "fully-connected")
+
+
+@dataclass(frozen=True)
+class Tier:
+    """One memory tier of a chip, in base SI units."""
+
+    name: str
+    kind: str
+    capacity: int
+    bandwidth: float
+    sustained_bandwidth: float
+    latency_s: float
+    energy_j_per_byte: float
+    granularity: int
+
+    @property
+    def on_chip(self) -> bool:
+        """True for on-chip SRAM."""
+        return self.kind == "sram"
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Home tier of each kind of tensor, and the device's memory strategy."""
+
+    policy: str
+    weights: str
+    kv: str
+    activations: str
+    spill: str | None = None
+
+
+@dataclass(frozen=True)
+class Link:
+    """A chip-to-chip or host link; bandwidth per direction."""
+
+    bandwidth: float
+    latency_s: float
+    topology: str = "switch"
+    max_chips: int = 1
+    energy_j_per_byte: float = 0.0
+
+
+@dataclass(frozen=True)
+class Device:
+    """One accelerator chip: compute, memory tiers from the compute outwards, layout, links."""
+
+    name: str
+    display_name: str
+    vendor: str
+    clock_hz: float
+    cores: int
+    core_name: str
+    core_memory: int
+    tdp_w: float | None
+    compute: tuple[tuple[str, float], ...]
+    vector_ops_per_s: float
+    matrix_unit: tuple[int, int, int]
+    tile_k: int
+    tile_n: int
+    tiers: tuple[Tier, ...]
+    layout: Layout
+    op_launch_s: float
+    link: Link | None
+    host_link: Link
+    energy_j_per_flop: float
+    sources: tuple[tuple[str, str], ...]
+    file: str
+    data: dict[str, Any] = field(repr=False, compare=False)
+
+    def tier(self, name: str) -> Tier:
+        """The tier called ``name``."""
+        for tier in self.tiers:
+            if tier.name == name:
+                return tier
+        raise ConfigError(f"no tier {name!r}; tiers are {', '.join(self.tier_names)}",
+                          file=self.file, field="tiers")
+
+    @property
+    def tier_names(self) -> tuple[str, ...]:
+        """Tier names from the compute outwards."""
+        return tuple(t.name for t in self.tiers)
+
+    def tier_index(self, name: str) -> int:
+        """Position of the tier called ``name`` (0 is on chip)."""
+        return self.tier_names.index(self.tier(name).name)
+
+    def peak(self, compute_class: str) -> float | None:
+        """Dense matrix peak in operations/s for a compute class, None when not native."""
+        return dict(self.compute).get(compute_class)
+
+    @property
+    def matrix_peak(self) -> float:
+        """The BF16 (else FP16) dense matrix peak, operations/s."""
+        peaks = dict(self.compute)
+        return peaks.get("bf16") or peaks["fp16"]
+
+    @property
+    def lowest_precision(self) -> tuple[str, float]:
+        """The fastest native compute class and its peak."""
+        return max(self.compute, key=lambda item: item[1])
+
+    @property
+    def main_memory(self) -> Tier:
+        """The tier that holds the weights (the largest one for SRAM-resident chips)."""
+        return self.tier(self.layout.weights)
+
+    @property
+    def ridge_point(self) -> float:
+        """FLOP per byte above which a BF16 matmul is compute bound on the weights' tier."""
+        return self.matrix_peak / self.main_memory.bandwidth
+
+    def source(self, field_path: str) -> str | None:
+        """The cited source of a figure, by dotted path."""
+        return dict(self.sources).get(field_path)
+
+    def with_overrides(self, overrides: Mapping[str, Any]) -> Device:
+        """A new, validated device with fields replaced, e.g. ``{"tiers.hbm.bandwidth": "5 TB/s"}``."""
+        data = copy.deepcopy(self.data)
+        for path, value in overrides.items():
+            _set_path(data, path, value, file=self.file)
+            data.setdefault("sources", {})[path] = f"what-if override: {value}"
+        return parse_device(data, file=f"{self.file} (with overrides)")
+
+    def with_tier(self, tier: str | Mapping[str, Any], *, after: str | None = None,
+                  name: str | None = None) -> Device:
+        """A new device with a tier added (a template name or a tier table), outermost by default."""
+        table, sources = (load_tier_template(tier) if isinstance(tier, str)
+                          else (dict(tier), {}))
+        if name is not None:
+            table["name"] = name
+        data = copy.deepcopy(self.data)
+        tiers = data["tiers"]
+        position = len(tiers) if after is None else _tier_position(tiers, after, self.file) + 1
+        tiers.insert(position, table)
+        for key, text in sources.items():
+            data.setdefault("sources", {})[f"tiers.{table.get('name')}.{key}"] = text
+        return parse_device(data, file=f"{self.file} (with tier {table.get('name')})")
+
+    def without_tier(self, name: str) -> Device:
+        """A new device without the tier ``name`` (the layout must not use it)."""
+        data = copy.deepcopy(self.data)
+        del data["tiers"][_tier_position(data["tiers"], name, self.file)]
+        return parse_device(data, file=f"{self.file} (without tier {name})")
+
+
+def _tier_position(tiers: list, name: str, file: str) -> int:
+    for i, table in enumerate(tiers):
+        if isinstance(table, Mapping) and table.get("name") == name:
+            return i
+    names = ", ".join(str(t.get("name")) for t in tiers if isinstance(t, Mapping))
+    raise ConfigError(f"no tier {name!r}; tiers are {names}", file=file, field="tiers")
+
+
+def _set_path(data: dict, path: str, value: Any, *, file: str) -> None:
+    """Set a dotted path in the raw device data; ``tiers.NAME.FIELD`` addresses a tier by name."""
+    parts = path.split(".")
+    if not path or any(not p for p in parts):
+        raise ConfigError("expected a dotted field path such as 'tiers.hbm.bandwidth'",
+                          file=file, field=path)
+    node: Any = data
+    if parts[0] == "tiers":
+        if len(parts) != 3:
+            raise ConfigError("a tier field is written 'tiers.NAME.FIELD'", file=file, field=path)
+        node = data["tiers"][_tier_position(data["tiers"], parts[1], file)]
+        parts = parts[2:]
+    for part in parts[:-1]:
+        child = node.get(part) if isinstance(node, dict) else None
+        if not isinstance(child, dict):
+            raise ConfigError(f"no table {part!r} in this device", file=file, field=path)
+        node = child
+    node[parts[-1]] = value
+
+
+def _q(table: Mapping[str, Any], key: str, dimension: str, *, file: str, prefix: str,
+       minimum_exclusive: bool = True) -> float:
+    value = parse_quantity(table[key], dimension, file=file, field=prefix + key)
+    if minimum_exclusive and value <= 0:
+        raise ConfigError(f"must be positive, got {table[key]!r}", file=file, field=prefix + key)
+    return value
+
+
+_TIER_REQUIRED = ("name", "kind", "capacity", "bandwidth", "latency", "energy", "granularity")
+_TIER_OPTIONAL = ("sustained_bandwidth", "note")
+
+
+def parse_tier(table: Mapping[str, Any], *, file: str, prefix: str) -> Tier:
+    """Validate one tier table."""
+    table = require_table(table, file=file, field=prefix.rstrip("."))
+    check_keys(table, required=_TIER_REQUIRED, optional=_TIER_OPTIONAL, file=file, prefix=prefix)
+    name = require_str(table["name"], file=file, field=prefix + "name")
+    kind = require_str(table["kind"], file=file, field=prefix + "kind", choices=TIER_KINDS)
+    capacity = _q(table, "capacity", "capacity", file=file, prefix=prefix)
+    bandwidth = _q(table, "bandwidth", "bandwidth", file=file, prefix=prefix)
+    sustained = bandwidth
+    if "sustained_bandwidth" in table:
+        sustained = _q(table, "sustained_bandwidth", "bandwidth", file=file, prefix=prefix)
+        if sustained > bandwidth:
+            raise ConfigError(f"sustained bandwidth {table['sustained_bandwidth']!r} exceeds the "
+                              f"peak {table['bandwidth']!r}", file=file,
+                              field=prefix + "sustained_bandwidth")
+    granularity = _q(table, "granularity", "capacity", file=file, prefix=prefix)
+    if granularity > capacity:
+        raise ConfigError("granularity larger than the tier", file=file,
+                          field=prefix + "granularity")
+    return Tier(
+        name=name, kind=kind, capacity=int(capacity), bandwidth=bandwidth,
+        sustained_bandwidth=sustained,
+        latency_s=_q(table, "latency", "time", file=file, prefix=prefix, minimum_exclusive=False),
+        energy_j_per_byte=8 * _q(table, "energy", "energy_per_bit", file=file, prefix=prefix,
+                                 minimum_exclusive=False),
+        granularity=int(granularity),
+    )
+
+
+def _parse_link(table: Any, *, file: str, prefix: str, host: bool) -> Link:
+    table = require_table(table, file=file, field=prefix.rstrip("."))
+    if host:
+        check_keys(table, required=("bandwidth",), optional=("latency",), file=file, prefix=prefix)
+    else:
+        check_keys(table, required=("bandwidth", "latency", "topology", "max_chips"),
+                   optional=("energy",), file=file, prefix=prefix)
+    latency = 0.0
+    if "latency" in table:
+        latency = _q(table, "latency", "time", file=file, prefix=prefix, minimum_exclusive=False)
+    if host:
+        return Link(bandwidth=_q(table, "bandwidth", "bandwidth", file=file, prefix=prefix),
+                    latency_s=latency)
+    energy = 0.0
+    if "energy" in table:
+        energy = 8 * _q(table, "energy", "energy_per_bit", file=file, prefix=prefix,
+                        minimum_exclusive=False)
+    return Link(
+        bandwidth=_q(table, "bandwidth", "bandwidth", file=file, prefix=prefix),
+        latency_s=latency,
+        topology=require_str(table["topology"], file=file, field=prefix + "topology",
+                             choices=TOPOLOGIES),
+        max_chips=require_int(table["max_chips"], file=file, field=prefix + "max_chips"),
+        energy_j_per_byte=energy,
+    )
+
+
+def _check_tier_order(tiers: list[Tier], raw: list, *, file: str) -> None:
+    """A tier further out may not be both faster and smaller than the one inside, unless noted."""
+    if tiers[0].kind != "sram":
+        raise ConfigError(f"the first tier is the on-chip memory and must be of kind 'sram', "
+                          f"got {tiers[0].kind!r}", file=file, field="tiers.0.kind")
+    names = [t.name for t in tiers]
+    for i, name in enumerate(names):
+        if names.index(name) != i:
+            raise ConfigError(f"tier name {name!r} used twice", file=file, field=f"tiers.{i}.name")
+    for i in range(1, len(tiers)):
+        inner, outer = tiers[i - 1], tiers[i]
+        if (outer.bandwidth > inner.bandwidth and outer.capacity < inner.capacity
+                and "note" not in raw[i]):
+            raise ConfigError(f"tier {outer.name!r} is further out than {inner.name!r} but both "
+                              "faster and smaller; reorder the tiers or explain in a 'note'",
+                              file=file, field=f"tiers.{outer.name}")
+
+
+_TOP_REQUIRED = ("schema_version", "name", "display_name", "vendor", "clock", "cores", "core_name",
+                 "core_memory", "compute", "matrix_unit", "tile", "tiers", "layout", "overheads",
+                 "host_link", "energy")
+_TOP_OPTIONAL = ("tdp", "link", "sources")
+
+
+def parse_device(data: Mapping[str, Any], *, file: str) -> Device:
+    """Validate a device file's data and build a Device; every mistake is a ConfigError."""
+    data = require_table(data, file=file, field="(top level)")
+    check_keys(data, required=_TOP_REQUIRED, optional=_TOP_OPTIONAL, file=file)
+    if data["schema_version"] != 1:
+        raise ConfigError(f"unsupported schema_version {data['schema_version']!r}; expected 1",
+                          file=file, field="schema_version")
+
+    compute_table = require_table(data["compute"], file=file, field="compute")
+    check_keys(compute_table, required=("vector",), optional=COMPUTE_CLASSES, file=file,
+               prefix="compute.")
+    compute = tuple((key, _q(compute_table, key, "compute_rate", file=file, prefix="compute."))
+                    for key in COMPUTE_CLASSES if key in compute_table)
+    if not any(key in ("bf16", "fp16") for key, _ in compute):
+        raise ConfigError("a device needs a bf16 or fp16 matrix peak", file=file,
+                          field="compute.bf16")
+
+    unit = require_table(data["matrix_unit"], file=file, field="matrix_unit")
+    check_keys(unit, required=("m", "n", "k"), file=file, prefix="matrix_unit.")
+    tile = require_table(data["tile"], file=file, field="tile")
+    check_keys(tile, required=("k", "n"), file=file, prefix="tile.")
+
+    raw_tiers = data["tiers"]
+    if not isinstance(raw_tiers, list) or not raw_tiers:
+        raise ConfigError("expected at least one [[tiers]] table", file=file, field="tiers")
+    tiers = [parse_tier(t, file=file, prefix=f"tiers.{t.get('name', i) if isinstance(t, Mapping) else i}.")
+             for i, t in enumerate(raw_tiers)]
+    _check_tier_order(tiers, raw_tiers, file=file)
+    names = [t.name for t in tiers]
+
+    layout_table = require_table(data["layout"], file=file, field="layout")
+    check_keys(layout_table, required=("policy", "weights", "kv", "activations"),
+               optional=("spill",), file=file, prefix="layout.")
+    homes = {}
+    for key in ("weights", "kv", "activations", "spill"):
+        if key in layout_table:
+            homes[key] = require_str(layout_table[key], file=file, field=f"layout.{key}")
+            if homes[key] not in names:
+                raise ConfigError(f"names tier {homes[key]!r}, which this device does not have "
+                                  f"(tiers: {', '.join(names)})", file=file, field=f"layout.{key}")
+    if homes["activations"] != names[0]:
+        raise ConfigError(f"activations live on chip: expected {names[0]!r}", file=file,
+                          field="layout.activations")
+    layout = Layout(policy=require_str(layout_table["policy"], file=file, field="layout.policy",
+                                       choices=POLICIES),
+                    weights=homes["weights"], kv=homes["kv"], activations=homes["activations"],
+                    spill=homes.get("spill"))
+
+    overheads = require_table(data["overheads"], file=file, field="overheads")
+    check_keys(overheads, required=("op_launch",), file=file, prefix="overheads.")
+    energy = require_table(data["energy"], file=file, field="energy")
+    check_keys(energy, required=("per_flop",), file=file, prefix="energy.")
+
+    sources = require_table(data.get("sources", {}), file=file, field="sources")
+    for key, text in sources.items():
+        require_str(text, file=file, field=f"sources.{key}")
+
+    tdp = None
+    if "tdp" in data:
+        tdp = parse_quantity(data["tdp"], "power", file=file, field="tdp")
+    return Device(
+        name=require_str(data["name"], file=file, field="name"),
+        display_name=require_str(data["display_name"], file=file, field="display_name"),
+        vendor=require_str(data["vendor"], file=file, field="vendor"),
+        clock_hz=_q(data, "clock", "frequency", file=file, prefix=""),
+        cores=require_int(data["cores"], file=file, field="cores"),
+        core_name=require_str(data["core_name"], file=file, field="core_name"),
+        core_memory=int(_q(data, "core_memory", "capacity", file=file, prefix="")),
+        tdp_w=tdp,
+        compute=compute,
+        vector_ops_per_s=_q(compute_table, "vector", "compute_rate", file=file, prefix="compute."),
+        matrix_unit=tuple(require_int(unit[k], file=file, field=f"matrix_unit.{k}")
+                          for k in ("m", "n", "k")),
+        tile_k=require_int(tile["k"], file=file, field="tile.k"),
+        tile_n=require_int(tile["n"], file=file, field="tile.n"),
+        tiers=tuple(tiers),
+        layout=layout,
+        op_launch_s=_q(overheads, "op_launch", "time", file=file, prefix="overheads.",
+                       minimum_exclusive=False),
+        link=(_parse_link(data["link"], file=file, prefix="link.", host=False)
+              if "link" in data else None),
+        host_link=_parse_link(data["host_link"], file=file, prefix="host_link.", host=True),
+        energy_j_per_flop=_q(energy, "per_flop", "energy_per_op", file=file, prefix="energy.",
+                             minimum_exclusive=False),
+        sources=tuple((str(k), str(v)) for k, v in sources.items()),
+        file=file,
+        data=copy.deepcopy(dict(data)),
+    )
+
+
+def load_device(path: str | Path) -> Device:
+    """Load and validate a device file from disk."""
+    return parse_device(read_toml_file(path), file=str(path))
+
+
+def device_names() -> list[str]:
+    """Names of the catalog's devices."""
+    folder = resources.files("memsim.devices")
+    return sorted(p.name[:-5] for p in folder.iterdir() if p.name.endswith(".toml"))
+
+
+def device(name: str) -> Device:
+    """A catalog device by name (``h100-sxm``), or a device file by path."""
+    if name.endswith(".toml"):
+        return load_device(name)
+    resource = resources.files("memsim.devices") / f"{name}.toml"
+    if not resource.is_file():
+        raise ConfigError(f"unknown device {name!r}; catalog devices are "
+                          f"{', '.join(device_names())}", field="device")
+    file = f"devices/{name}.toml"
+    return parse_device(read_toml_text(resource.read_text(encoding="utf-8"), file=file), file=file)
+
+
+def tier_template_names() -> list[str]:
+    """Names of the tier templates a what-if can add."""
+    folder = resources.files("memsim.devices.templates")
+    return sorted(p.name[:-5] for p in folder.iterdir() if p.name.endswith(".toml"))
+
+
+def load_tier_template(name: str) -> tuple[dict[str, Any], dict[str, str]]:
+    """A tier template's tier table and its sources (keyed by tier field)."""
+    resource = resources.files("memsim.devices.templates") / f"{name}.toml"
+    if not resource.is_file():
+        raise ConfigError(f"unknown tier template {name!r}; templates are "
+                          f"{', '.join(tier_template_names())}", field="tier")
+    file = f"devices/templates/{name}.toml"
+    data = read_toml_text(resource.read_text(encoding="utf-8"), file=file)
+    check_keys(data, required=("schema_version", "name", "description", "tier"),
+               optional=("sources",), file=file)
+    table = dict(require_table(data["tier"], file=file, field="tier"))
+    parse_tier(table, file=file, prefix="tier.")
+    sources = {key.removeprefix("tier."): str(text)
+               for key, text in dict(data.get("sources", {})).items()}
+    return table, sources

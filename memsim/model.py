@@ -1,0 +1,153 @@
+"""Transformer model shapes: loading, validation and derived parameter counts."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+from memsim.datafile import (check_keys, read_toml_file, read_toml_text, require_bool, require_int,
+                             require_str, require_table)
+from memsim.errors import ConfigError
+from memsim.units import parse_quantity
+
+
+@dataclass(frozen=True)
+class Model:
+    """A decoder-only transformer with grouped-query attention and a gated (SwiGLU) FFN.
+
+    ``ffn`` is the intermediate size of one FFN block (of one expert, for MoE models).
+    """
+
+    name: str
+    display_name: str
+    layers: int
+    hidden: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    ffn: int
+    vocab: int
+    tied_embeddings: bool
+    experts: int = 1
+    experts_per_token: int = 1
+    published_params: float = 0.0
+    published_active_params: float = 0.0
+    source: str = ""
+
+    @property
+    def is_moe(self) -> bool:
+        """True for a mixture-of-experts model."""
+        return self.experts > 1
+
+    @property
+    def attention_params_per_layer(self) -> int:
+        """Q, K, V and output projection weights of one layer."""
+        q_out = self.heads * self.head_dim
+        kv_out = self.kv_heads * self.head_dim
+        return self.hidden * (q_out + 2 * kv_out) + q_out * self.hidden
+
+    @property
+    def ffn_params_per_expert(self) -> int:
+        """Gate, up and down projection weights of one FFN block."""
+        return 3 * self.hidden * self.ffn
+
+    @property
+    def router_params_per_layer(self) -> int:
+        """The expert router's weights (zero for a dense model)."""
+        return self.hidden * self.experts if self.is_moe else 0
+
+    @property
+    def norm_params(self) -> int:
+        """RMSNorm weights: two per layer and the final one."""
+        return (2 * self.layers + 1) * self.hidden
+
+    @property
+    def embedding_params(self) -> int:
+        """Input embedding plus the LM head (counted once when tied)."""
+        return self.vocab * self.hidden * (1 if self.tied_embeddings else 2)
+
+    @property
+    def total_params(self) -> int:
+        """All parameters, as published counts them (norms included)."""
+        per_layer = (self.attention_params_per_layer + self.router_params_per_layer
+                     + self.experts * self.ffn_params_per_expert)
+        return self.layers * per_layer + self.embedding_params + self.norm_params
+
+    @property
+    def active_params(self) -> int:
+        """Parameters one token uses: top-k experts instead of all (equal to total for dense)."""
+        per_layer = (self.attention_params_per_layer + self.router_params_per_layer
+                     + self.experts_per_token * self.ffn_params_per_expert)
+        return self.layers * per_layer + self.embedding_params + self.norm_params
+
+    def kv_elements_per_token(self) -> int:
+        """K and V values one token adds to the cache, over all layers."""
+        return 2 * self.layers * self.kv_heads * self.head_dim
+
+
+_MODEL_KEYS = ("schema_version", "name", "display_name", "layers", "hidden", "heads", "kv_heads",
+               "head_dim", "ffn", "vocab", "tied_embeddings", "published_params", "source")
+
+
+def parse_model(data: dict, *, file: str) -> Model:
+    """Validate a model file's table and build a Model."""
+    check_keys(data, required=_MODEL_KEYS, optional=("moe",), file=file)
+    if data["schema_version"] != 1:
+        raise ConfigError(f"unsupported schema_version {data['schema_version']!r}; expected 1",
+                          file=file, field="schema_version")
+    ints = {key: require_int(data[key], file=file, field=key)
+            for key in ("layers", "hidden", "heads", "kv_heads", "head_dim", "ffn", "vocab")}
+    if ints["heads"] % ints["kv_heads"]:
+        raise ConfigError(f"heads ({ints['heads']}) must be a multiple of kv_heads "
+                          f"({ints['kv_heads']})", file=file, field="kv_heads")
+    experts, per_token, active = 1, 1, 0.0
+    if "moe" in data:
+        moe = require_table(data["moe"], file=file, field="moe")
+        check_keys(moe, required=("experts", "experts_per_token"),
+                   optional=("published_active_params",), file=file, prefix="moe.")
+        experts = require_int(moe["experts"], file=file, field="moe.experts", minimum=2)
+        per_token = require_int(moe["experts_per_token"], file=file,
+                                field="moe.experts_per_token")
+        if per_token > experts:
+            raise ConfigError(f"experts_per_token ({per_token}) exceeds experts ({experts})",
+                              file=file, field="moe.experts_per_token")
+        if "published_active_params" in moe:
+            active = parse_quantity(moe["published_active_params"], "count", file=file,
+                                    field="moe.published_active_params")
+    name = require_str(data["name"], file=file, field="name")
+    return Model(
+        name=name,
+        display_name=require_str(data["display_name"], file=file, field="display_name"),
+        tied_embeddings=require_bool(data["tied_embeddings"], file=file, field="tied_embeddings"),
+        experts=experts, experts_per_token=per_token,
+        published_params=parse_quantity(data["published_params"], "count", file=file,
+                                        field="published_params"),
+        published_active_params=active,
+        source=require_str(data["source"], file=file, field="source"),
+        **ints,
+    )
+
+
+def load_model(path: str | Path) -> Model:
+    """Load and validate a model file."""
+    return parse_model(read_toml_file(path), file=str(path))
+
+
+def model_names() -> list[str]:
+    """Names of the catalog's models."""
+    folder = resources.files("memsim.models")
+    return sorted(p.name[:-5] for p in folder.iterdir() if p.name.endswith(".toml"))
+
+
+def model(name: str) -> Model:
+    """A catalog model by name (``llama-3-70b``), or a model file by path."""
+    if name.endswith(".toml"):
+        return load_model(name)
+    resource = resources.files("memsim.models") / f"{name}.toml"
+    if not resource.is_file():
+        raise ConfigError(f"unknown model {name!r}; catalog models are {', '.join(model_names())}",
+                          field="model")
+    return parse_model(read_toml_text(resource.read_text(encoding="utf-8"),
+                                      file=f"memsim/models/{name}.toml"),
+                       file=f"memsim/models/{name}.toml")

@@ -1,0 +1,1 @@
+"""The model catalog: one TOML file per model, shipped as package data."""

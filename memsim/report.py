@@ -1,0 +1,367 @@
+"""The result of an emulation: exact per-tier bytes, hits, flops, time, energy, per op and in total."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from memsim.kernels import step as k
+from memsim.units import format_quantity
+
+
+@dataclass(frozen=True)
+class StepCounts:
+    """Raw counters of one emulated step, as the kernel wrote them (bits and seconds)."""
+
+    step: int
+    read_bits: np.ndarray      # [op, tier]
+    written_bits: np.ndarray   # [op, tier]
+    results: np.ndarray        # [op, k.R_*]
+    times: np.ndarray          # [op, tiers..., compute, latency, launch]
+
+
+@dataclass(frozen=True)
+class OpRow:
+    """One op of a step: bytes through each tier, tiles, work, time and what bound it."""
+
+    index: int
+    layer: int
+    name: str
+    bytes_read: dict[str, int]
+    bytes_written: dict[str, int]
+    hits: int
+    misses: int
+    flops: int
+    vector_ops: int
+    waves: int
+    time_s: float
+    cycles: float
+    bound_by: str
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data."""
+        return {
+            "index": self.index, "layer": self.layer, "op": self.name,
+            "bytes_read": dict(self.bytes_read), "bytes_written": dict(self.bytes_written),
+            "hits": self.hits, "misses": self.misses, "flops": self.flops,
+            "vector_ops": self.vector_ops, "waves": self.waves, "time_s": self.time_s,
+            "cycles": self.cycles, "bound_by": self.bound_by,
+        }
+
+
+def _bytes(bits: np.ndarray) -> np.ndarray:
+    """Bits to whole bytes, per op (an op's tensor rounds up to its last byte)."""
+    return (bits + 7) // 8
+
+
+@dataclass(frozen=True)
+class StepSummary:
+    """Totals of one step."""
+
+    step: int
+    bytes_read: dict[str, int]
+    bytes_written: dict[str, int]
+    activation_bytes_read: int
+    activation_bytes_written: int
+    hits: int
+    misses: int
+    hit_bytes: int
+    flops: int
+    vector_ops: int
+    time_s: float
+    time_by_bound: dict[str, float]
+    energy_j: float
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data."""
+        return {key: (dict(value) if isinstance(value, dict) else value)
+                for key, value in self.__dict__.items()}
+
+
+@dataclass(frozen=True)
+class Report:
+    """What one emulated decode run moved, and how long it took.
+
+    The headline figures (``bytes_read``, ``time_per_token``, ...) are those of the warm step, the
+    last one emulated; ``cold`` is the first step, when the on-chip tier starts empty.
+    """
+
+    device: str
+    model: str
+    workload: dict[str, Any]
+    tier_names: tuple[str, ...]
+    clock_hz: float
+    tokens_per_step: int                # batch x new tokens per sequence
+    new_tokens: int
+    op_names: tuple[str, ...]
+    op_layers: tuple[int, ...]
+    energy_j_per_byte: tuple[float, ...]
+    energy_j_per_flop: float
+    steps: tuple[StepSummary, ...]
+    cold_counts: StepCounts = field(repr=False)
+    warm_counts: StepCounts = field(repr=False)
+
+    # headline figures -------------------------------------------------------------------
+    @property
+    def cold(self) -> StepSummary:
+        """The first emulated step."""
+        return self.steps[0]
+
+    @property
+    def warm(self) -> StepSummary:
+        """The last emulated step (the steady state)."""
+        return self.steps[-1]
+
+    @property
+    def bytes_read(self) -> dict[str, int]:
+        """Bytes read from each tier in the warm step (on chip: everything the compute consumed)."""
+        return self.warm.bytes_read
+
+    @property
+    def bytes_written(self) -> dict[str, int]:
+        """Bytes written to each tier in the warm step (on chip: fills of missed tiles)."""
+        return self.warm.bytes_written
+
+    @property
+    def hits(self) -> int:
+        """On-chip tile hits in the warm step."""
+        return self.warm.hits
+
+    @property
+    def misses(self) -> int:
+        """On-chip tile misses in the warm step."""
+        return self.warm.misses
+
+    @property
+    def flops(self) -> int:
+        """Matrix operations (2 per multiply-add) of the warm step."""
+        return self.warm.flops
+
+    @property
+    def time_per_step(self) -> float:
+        """Seconds of one warm step."""
+        return self.warm.time_s
+
+    @property
+    def time_per_token(self) -> float:
+        """Seconds between two tokens of one sequence."""
+        return self.warm.time_s / self.new_tokens
+
+    @property
+    def tokens_per_s(self) -> float:
+        """Tokens per second of one sequence."""
+        return 1.0 / self.time_per_token
+
+    @property
+    def tokens_per_s_total(self) -> float:
+        """Tokens per second of the whole batch."""
+        return self.tokens_per_step / self.warm.time_s
+
+    @property
+    def cycles(self) -> float:
+        """Warm step time in device clock cycles."""
+        return self.warm.time_s * self.clock_hz
+
+    @property
+    def energy_per_token(self) -> float:
+        """Joules per generated token (warm step energy over the tokens it made)."""
+        return self.warm.energy_j / self.tokens_per_step
+
+    @property
+    def off_chip_bytes(self) -> int:
+        """Bytes read from and written to every tier but the on-chip one, warm step."""
+        warm = self.warm
+        return sum(warm.bytes_read[t] + warm.bytes_written[t] for t in self.tier_names[1:])
+
+    @property
+    def arithmetic_intensity(self) -> float:
+        """Matrix operations per off-chip byte (inf when nothing crossed the chip edge)."""
+        moved = self.off_chip_bytes
+        return self.flops / moved if moved else float("inf")
+
+    @property
+    def bottleneck(self) -> str:
+        """What bound most of the warm step: a tier's name, 'compute', 'latency' or 'launch'."""
+        by_bound = self.warm.time_by_bound
+        return max(by_bound, key=by_bound.__getitem__)
+
+    @property
+    def ops(self) -> tuple[OpRow, ...]:
+        """Per-op rows of the warm step."""
+        return self.op_rows("warm")
+
+    def op_rows(self, which: str = "warm") -> tuple[OpRow, ...]:
+        """Per-op rows of the ``"warm"`` or ``"cold"`` step."""
+        counts = self.warm_counts if which == "warm" else self.cold_counts
+        read = _bytes(counts.read_bits)
+        written = _bytes(counts.written_bits)
+        times = counts.times
+        labels = _bound_labels(self.tier_names)
+        rows = []
+        for op, name in enumerate(self.op_names):
+            rows.append(OpRow(
+                index=op, layer=self.op_layers[op], name=name,
+                bytes_read={t: int(read[op, i]) for i, t in enumerate(self.tier_names)},
+                bytes_written={t: int(written[op, i]) for i, t in enumerate(self.tier_names)},
+                hits=int(counts.results[op, k.R_HITS]),
+                misses=int(counts.results[op, k.R_MISSES]),
+                flops=int(counts.results[op, k.R_FLOPS]),
+                vector_ops=int(counts.results[op, k.R_VECTOR_OPS]),
+                waves=int(counts.results[op, k.R_WAVES]),
+                time_s=float(times[op].sum()),
+                cycles=float(times[op].sum() * self.clock_hz),
+                bound_by=labels[int(np.argmax(times[op]))],
+            ))
+        return tuple(rows)
+
+    # output ---------------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        """Everything, as plain data (JSON-ready)."""
+        return {
+            "device": self.device, "model": self.model, "workload": dict(self.workload),
+            "tiers": list(self.tier_names),
+            "time_per_token_s": self.time_per_token,
+            "tokens_per_s": self.tokens_per_s,
+            "tokens_per_s_total": self.tokens_per_s_total,
+            "cycles": self.cycles,
+            "energy_per_token_j": self.energy_per_token,
+            "arithmetic_intensity": self.arithmetic_intensity,
+            "bottleneck": self.bottleneck,
+            "bytes_read": dict(self.bytes_read),
+            "bytes_written": dict(self.bytes_written),
+            "hits": self.hits, "misses": self.misses, "flops": self.flops,
+            "cold": self.cold.to_dict(),
+            "warm": self.warm.to_dict(),
+            "steps": [s.to_dict() for s in self.steps],
+            "ops": [row.to_dict() for row in self.ops],
+        }
+
+    def to_json(self, indent: int | None = 2) -> str:
+        """JSON text of :meth:`to_dict`."""
+        return json.dumps(self.to_dict(), indent=indent, allow_nan=False,
+                          default=_json_default)
+
+    def to_csv(self) -> str:
+        """One CSV row per op of the warm step, bytes per tier in columns."""
+        out = io.StringIO()
+        writer = csv.writer(out, lineterminator="\n")
+        writer.writerow(["index", "layer", "op"]
+                        + [f"bytes_read_{t}" for t in self.tier_names]
+                        + [f"bytes_written_{t}" for t in self.tier_names]
+                        + ["hits", "misses", "flops", "vector_ops", "waves", "time_s", "cycles",
+                           "bound_by"])
+        for row in self.ops:
+            writer.writerow([row.index, row.layer, row.name]
+                            + [row.bytes_read[t] for t in self.tier_names]
+                            + [row.bytes_written[t] for t in self.tier_names]
+                            + [row.hits, row.misses, row.flops, row.vector_ops, row.waves,
+                               repr(row.time_s), repr(row.cycles), row.bound_by])
+        return out.getvalue()
+
+    def table(self, *, per_op: bool = False) -> str:
+        """A readable summary, then per-op rows (summed over layers unless ``per_op``)."""
+        lines = [
+            f"{self.model} on {self.device}: batch {self.workload['batch']}, context "
+            f"{self.workload['context']}, weights {self.workload['weights']}, kv "
+            f"{self.workload['kv']}",
+            f"  time per token   {format_quantity(self.time_per_token, 'time')}  "
+            f"({self.tokens_per_s:.1f} tokens/s per sequence, "
+            f"{self.tokens_per_s_total:.1f} in aggregate)",
+            f"  cycles           {self.cycles:,.0f} at {format_quantity(self.clock_hz, 'frequency')}",
+            f"  bottleneck       {self.bottleneck}",
+            f"  energy per token {format_quantity(self.energy_per_token, 'energy')}",
+            f"  intensity        {self.arithmetic_intensity:.2f} FLOP per off-chip byte",
+            f"  on-chip tiles    {self.hits:,} hits, {self.misses:,} misses (warm); cold step "
+            f"{self.cold.misses:,} misses, {format_quantity(self.cold.time_s, 'time')}",
+        ]
+        for tier in self.tier_names:
+            lines.append(f"  {tier:<6} read {self.bytes_read[tier]:>20,} B   written "
+                         f"{self.bytes_written[tier]:>16,} B")
+        lines.append("")
+        rows = self.ops if per_op else _group_rows(self.ops)
+        header = (f"  {'layer':>5} {'op':<12}" + "".join(f" {t + ' read B':>18}"
+                                                        for t in self.tier_names)
+                  + f" {'time':>11} {'bound by':>9}")
+        lines.append(header)
+        for row in rows:
+            layer = "all" if row.layer == -2 else ("-" if row.layer < 0 else str(row.layer))
+            lines.append(f"  {layer:>5} {row.name:<12}"
+                         + "".join(f" {row.bytes_read[t]:>18,}" for t in self.tier_names)
+                         + f" {format_quantity(row.time_s, 'time', digits=4):>11}"
+                         + f" {row.bound_by:>9}")
+        return "\n".join(lines)
+
+
+def _bound_labels(tier_names: tuple[str, ...]) -> tuple[str, ...]:
+    return tuple(tier_names) + ("compute", "latency", "launch")
+
+
+def summarize(counts: StepCounts, tier_names: tuple[str, ...], energy_j_per_byte: tuple[float, ...],
+              energy_j_per_flop: float) -> StepSummary:
+    """Totals of one step's counters (bytes summed from per-op whole bytes)."""
+    read = _bytes(counts.read_bits).sum(axis=0)
+    written = _bytes(counts.written_bits).sum(axis=0)
+    results = counts.results.sum(axis=0)
+    act_read = int(_bytes(counts.results[:, k.R_ACT_READ_BITS]).sum())
+    act_written = int(_bytes(counts.results[:, k.R_ACT_WRITTEN_BITS]).sum())
+    by_column = counts.times.sum(axis=0)
+    labels = _bound_labels(tier_names)
+    energy = sum((int(read[i]) + int(written[i])) * energy_j_per_byte[i]
+                 for i in range(len(tier_names)))
+    energy += (act_read + act_written) * energy_j_per_byte[0]
+    energy += (int(results[k.R_FLOPS]) + int(results[k.R_VECTOR_OPS])) * energy_j_per_flop
+    return StepSummary(
+        step=counts.step,
+        bytes_read={t: int(read[i]) for i, t in enumerate(tier_names)},
+        bytes_written={t: int(written[i]) for i, t in enumerate(tier_names)},
+        activation_bytes_read=act_read, activation_bytes_written=act_written,
+        hits=int(results[k.R_HITS]), misses=int(results[k.R_MISSES]),
+        hit_bytes=int(_bytes(counts.results[:, k.R_HIT_BITS]).sum()),
+        flops=int(results[k.R_FLOPS]), vector_ops=int(results[k.R_VECTOR_OPS]),
+        time_s=float(by_column.sum()),
+        time_by_bound={label: float(by_column[i]) for i, label in enumerate(labels)},
+        energy_j=float(energy),
+    )
+
+
+def _group_rows(rows: tuple[OpRow, ...]) -> list[OpRow]:
+    """Sum per-layer rows of the same op into one row (layer -2 means 'all layers')."""
+    order: list[str] = []
+    groups: dict[str, list[OpRow]] = {}
+    for row in rows:
+        key = row.name if row.layer >= 0 else f"{row.name}@{row.index}"
+        if key not in groups:
+            order.append(key)
+            groups[key] = []
+        groups[key].append(row)
+    out = []
+    for key in order:
+        members = groups[key]
+        if len(members) == 1:
+            out.append(members[0])
+            continue
+        first = members[0]
+        by_bound: dict[str, float] = {}
+        for m in members:
+            by_bound[m.bound_by] = by_bound.get(m.bound_by, 0.0) + m.time_s
+        out.append(OpRow(
+            index=first.index, layer=-2, name=first.name,
+            bytes_read={t: sum(m.bytes_read[t] for m in members) for t in first.bytes_read},
+            bytes_written={t: sum(m.bytes_written[t] for m in members) for t in first.bytes_written},
+            hits=sum(m.hits for m in members), misses=sum(m.misses for m in members),
+            flops=sum(m.flops for m in members), vector_ops=sum(m.vector_ops for m in members),
+            waves=sum(m.waves for m in members), time_s=sum(m.time_s for m in members),
+            cycles=sum(m.cycles for m in members), bound_by=max(by_bound, key=by_bound.__getitem__),
+        ))
+    return out
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, np.generic):
+        return value.item()
+    raise TypeError(f"not JSON serialisable: {type(value).__name__}")
