@@ -206,7 +206,9 @@ def _lookup(tensor, t, bits, state, nodes, tensor_first, tensor_last):
     """Touch tile ``t`` of ``tensor`` (indices rise within an op); True on a hit.
 
     A miss fills the tile, evicting least recently used tiles until it fits; a tile larger than
-    the whole LRU capacity streams past without being kept.
+    the whole LRU capacity streams through it, displacing everything, and is not kept (so the
+    cache always holds the longest run of most recent tiles that fits, and a bigger cache never
+    holds less).
     """
     c = state[S_CURSOR]
     while c != NIL and nodes[c, N_HI] <= t:
@@ -237,6 +239,8 @@ def _lookup(tensor, t, bits, state, nodes, tensor_first, tensor_last):
         _make_newest(tensor, t, bits, state, nodes, tensor_first, tensor_last)
         return True
     if bits > state[S_CAPACITY_BITS]:
+        while state[S_TAIL] != NIL:
+            _evict_oldest(state, nodes, tensor_first, tensor_last)
         return False
     while state[S_USED_BITS] + bits > state[S_CAPACITY_BITS]:
         _evict_oldest(state, nodes, tensor_first, tensor_last)

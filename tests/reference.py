@@ -1,0 +1,247 @@
+"""Pure-Python reference twin of the decode-step walker (kernels/step.py), for the tests only.
+
+It re-does, slowly and obviously, what the Numba kernel does: the same walk over tiles, an LRU
+kept as an OrderedDict of (tensor, tile) -> bits, the same counters and the same cycle model.
+Tests compare the two count for count on small random shapes.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+from memsim.kernels import step as k
+from memsim.plan import Plan
+
+OP_COLUMNS = ("hits", "misses", "hit_bits", "flops", "vector_ops", "waves", "act_read_bits",
+              "act_written_bits")
+
+
+def _ceil(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def tile_bits(k0: int, kk: int, nn: int, elem_bits: int, group: int, meta_bits: int,
+              padded: bool) -> int:
+    """Bits of an nn-column tile covering inputs [k0, k0 + kk): each group is billed to the tile
+    holding its first element, with its metadata, and padded whole for block formats."""
+    if group == 0:
+        return kk * nn * elem_bits
+    starts = [g for g in range(k0, k0 + kk) if g % group == 0]
+    payload = len(starts) * group if padded else kk
+    return nn * (payload * elem_bits + len(starts) * meta_bits)
+
+
+@dataclass
+class ReferenceLRU:
+    """Byte-capacity LRU over tiles: evict the least recent until the new tile fits."""
+
+    capacity_bits: int
+    tiles: OrderedDict = field(default_factory=OrderedDict)
+
+    def touch(self, key: tuple, bits: int) -> bool:
+        if key in self.tiles:
+            self.tiles.move_to_end(key)
+            return True
+        if bits > self.capacity_bits:
+            self.tiles.clear()
+            return False
+        while sum(self.tiles.values()) + bits > self.capacity_bits:
+            self.tiles.popitem(last=False)
+        self.tiles[key] = bits
+        return False
+
+
+@dataclass
+class ReferenceState:
+    lru: ReferenceLRU
+    pinned_loaded: set = field(default_factory=set)
+
+
+def new_state(plan: Plan) -> ReferenceState:
+    return ReferenceState(ReferenceLRU(plan.lru_capacity_bits))
+
+
+def run_step(plan: Plan, state: ReferenceState, step: int) -> dict:
+    """One decode step: per-op counters as lists, same layout as the kernel's outputs."""
+    dev = plan.device
+    n_ops, n_tiers = plan.n_ops, len(plan.tier_names)
+    out = {
+        "read": [[0] * n_tiers for _ in range(n_ops)],
+        "written": [[0] * n_tiers for _ in range(n_ops)],
+        "ops": [dict.fromkeys(OP_COLUMNS, 0) for _ in range(n_ops)],
+        "times": [[0.0] * (n_tiers + 3) for _ in range(n_ops)],
+    }
+    loaded_now = set(state.pinned_loaded)
+    cores = dev.cores
+    bw = [float(x) for x in plan.tier_bandwidth]
+    lat = [float(x) for x in plan.tier_latency_s]
+    gran = [int(x) for x in plan.tier_granularity]
+
+    for op in range(n_ops):
+        row = [int(x) for x in plan.op_int[op]]
+        peak, dequant = (float(x) for x in plan.op_float[op])
+        kind, tensor, home, pinned = row[k.C_KIND], row[k.C_TENSOR], row[k.C_HOME], row[k.C_PINNED]
+        act_bits = row[k.C_ACT_BITS]
+        counters = out["ops"][op]
+        wave = [0] * n_tiers
+
+        def fetch(index: int, bits: int) -> None:
+            if home == 0:
+                hit = True
+            elif pinned:
+                hit = tensor in state.pinned_loaded
+                loaded_now.add(tensor)
+            else:
+                hit = state.lru.touch((tensor, index), bits)
+            out["read"][op][0] += bits
+            wave[0] += bits
+            if hit:
+                counters["hits"] += 1
+                counters["hit_bits"] += bits
+            else:
+                counters["misses"] += 1
+                out["read"][op][home] += bits
+                out["written"][op][0] += bits
+                wave[home] += bits
+
+        def close_wave(compute_s: float) -> None:
+            best, col, farthest = compute_s, n_tiers, 0
+            for t in range(n_tiers):
+                if wave[t] > 0:
+                    farthest = t
+                    seconds = wave[t] / 8.0 / bw[t]
+                    if seconds > best:
+                        best, col = seconds, t
+                wave[t] = 0
+            out["times"][op][col] += best
+            out["times"][op][n_tiers + 1] += lat[farthest]
+
+        def padded_rows(rows: int) -> int:
+            grain = row[k.C_M_GRAIN]
+            return _ceil(rows, grain) * grain if grain > 1 else rows
+
+        if kind == k.OP_MATMUL:
+            m, kdim, n = row[k.C_M], row[k.C_K], row[k.C_N]
+            tk, tn = row[k.C_TILE_K], row[k.C_TILE_N]
+            n_tiles, k_tiles = _ceil(n, tn), _ceil(kdim, tk)
+            split = min(k_tiles, cores // n_tiles) if n_tiles < cores else 1
+            per_unit = _ceil(k_tiles, split)
+            split = _ceil(k_tiles, per_unit)
+            units = n_tiles * split
+            waves = _ceil(units, cores)
+            out_bits = k.PARTIAL_SUM_BITS if split > 1 else act_bits
+            index = 0
+            for w in range(waves):
+                slowest = 0.0
+                for u in range(w * cores, min(units, (w + 1) * cores)):
+                    nt, kt0 = u // split, (u % split) * per_unit
+                    kt1 = min(k_tiles, kt0 + per_unit)
+                    nn = min(tn, n - nt * tn)
+                    elements = 0
+                    for kt in range(kt0, kt1):
+                        kk = min(tk, kdim - kt * tk)
+                        bits = tile_bits(kt * tk, kk, nn, row[k.C_ELEM_BITS], row[k.C_GROUP],
+                                         row[k.C_META_BITS], bool(row[k.C_PADDED]))
+                        if kt == 0 and nt == 0:
+                            bits += row[k.C_TENSOR_META_BITS]
+                        fetch(index, bits)
+                        index += 1
+                        elements += kk * nn
+                    covered = min(kdim, kt1 * tk) - kt0 * tk
+                    counters["act_read_bits"] += m * covered * act_bits
+                    counters["act_written_bits"] += m * nn * out_bits
+                    wave[0] += m * covered * act_bits + m * nn * out_bits
+                    counters["flops"] += 2 * m * elements
+                    vector_ops = dequant * elements
+                    counters["vector_ops"] += int(vector_ops)
+                    slowest = max(slowest, 2.0 * padded_rows(m) * elements / (peak / cores)
+                                  + vector_ops / (dev.vector_ops_per_s / cores))
+                if w == waves - 1 and split > 1:
+                    reduce_read = split * m * n * k.PARTIAL_SUM_BITS
+                    reduce_written = m * n * act_bits
+                    counters["act_read_bits"] += reduce_read
+                    counters["act_written_bits"] += reduce_written
+                    wave[0] += reduce_read + reduce_written
+                close_wave(slowest)
+            counters["waves"] += waves
+
+        elif kind == k.OP_ATTENTION:
+            heads, per_kv, hd = row[k.C_KV_HEADS], row[k.C_Q_PER_KV], row[k.C_HEAD_DIM]
+            new, block = row[k.C_NEW_TOKENS], row[k.C_KV_BLOCK]
+            tokens = row[k.C_CONTEXT] + (step + 1) * new
+            blocks = _ceil(tokens, block)
+            block_bytes = _ceil(_ceil(block * row[k.C_KV_ROW_BITS], 8), gran[home]) * gran[home]
+            block_bits = 8 * block_bytes
+            rows = per_kv * new
+            streams = row[k.C_BATCH] * heads
+            split = min(blocks, cores // streams) if streams < cores else 1
+            per_unit = _ceil(blocks, split)
+            split = _ceil(blocks, per_unit)
+            units = streams * split
+            waves = _ceil(units, cores)
+            out_bits = k.PARTIAL_SUM_BITS if split > 1 else act_bits
+            for w in range(waves):
+                slowest = 0.0
+                for u in range(w * cores, min(units, (w + 1) * cores)):
+                    stream, j0 = u // split, (u % split) * per_unit
+                    j1 = min(blocks, j0 + per_unit)
+                    for j in range(j0, j1):
+                        for kv in range(2):
+                            fetch((stream * row[k.C_KV_MAX_BLOCKS] + j) * 2 + kv, block_bits)
+                    tok0, tok1 = j0 * block, min(tokens, j1 * block)
+                    visible = sum(max(0, min(tok1, tokens - new + i + 1) - tok0)
+                                  for i in range(new))
+                    counters["flops"] += 4 * hd * per_kv * visible
+                    vector_ops = k.SOFTMAX_OPS * per_kv * visible + dequant * 2 * hd * (tok1 - tok0)
+                    counters["vector_ops"] += int(vector_ops)
+                    counters["act_read_bits"] += rows * hd * act_bits
+                    counters["act_written_bits"] += rows * hd * out_bits
+                    wave[0] += rows * hd * (act_bits + out_bits)
+                    slowest = max(slowest, 4.0 * hd * padded_rows(rows) * (tok1 - tok0)
+                                  / (peak / cores) + vector_ops / (dev.vector_ops_per_s / cores))
+                if w == waves - 1 and split > 1:
+                    reduce_read = streams * split * rows * (hd + 2) * k.PARTIAL_SUM_BITS
+                    reduce_written = streams * rows * hd * act_bits
+                    counters["act_read_bits"] += reduce_read
+                    counters["act_written_bits"] += reduce_written
+                    wave[0] += reduce_read + reduce_written
+                close_wave(slowest)
+            counters["waves"] += waves
+
+        elif kind == k.OP_KV_APPEND:
+            streams = row[k.C_BATCH] * row[k.C_KV_HEADS]
+            write_bytes = _ceil(_ceil(row[k.C_NEW_TOKENS] * row[k.C_KV_ROW_BITS], 8), gran[home])
+            total = streams * 2 * 8 * write_bytes * gran[home]
+            out["written"][op][home] += total
+            act = streams * 2 * row[k.C_NEW_TOKENS] * row[k.C_HEAD_DIM] * act_bits
+            counters["act_read_bits"] += act
+            wave[0] += act
+            wave[home] += total
+            counters["waves"] += _ceil(streams, cores)
+            close_wave(0.0)
+
+        else:
+            m, kdim = row[k.C_M], row[k.C_K]
+            bits = tile_bits(0, kdim, 1, row[k.C_ELEM_BITS], row[k.C_GROUP], row[k.C_META_BITS],
+                             bool(row[k.C_PADDED]))
+            if kind == k.OP_EMBED:
+                vocab = row[k.C_N]
+                tokens = sorted(int(k._mix(plan.workload.seed * 1000003 + step * m + r)) % vocab
+                                for r in range(m))
+                for token in tokens:
+                    fetch(token, bits)
+                vector_ops = 0
+            else:
+                fetch(0, bits + row[k.C_TENSOR_META_BITS])
+                vector_ops = k.NORM_OPS * m * kdim
+                counters["act_read_bits"] += m * kdim * act_bits
+                wave[0] += m * kdim * act_bits
+            counters["vector_ops"] += vector_ops
+            counters["act_written_bits"] += m * kdim * act_bits
+            wave[0] += m * kdim * act_bits
+            counters["waves"] += 1
+            close_wave(vector_ops / dev.vector_ops_per_s)
+        out["times"][op][n_tiers + 2] += dev.op_launch_s
+    state.pinned_loaded = loaded_now
+    return out

@@ -1,0 +1,96 @@
+"""The Numba walker equals its pure-Python twin, count for count, on small random shapes."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import memsim
+from memsim.emulate import Residency, run_step
+from memsim.kernels import step as k
+from memsim.plan import make_plan
+from tests import reference
+
+FORMAT_NAMES = ["bf16", "fp8-e4m3", "int8", "int4-g32", "int4-g128", "nvfp4", "mxfp4", "q4_0",
+                "q8_0", "fp8-e4m3-b128"]
+KV_FORMATS = ["bf16", "fp8-e4m3", "int8", "int4-g32"]
+
+
+@st.composite
+def small_models(draw):
+    kv_heads = draw(st.integers(1, 3))
+    heads = kv_heads * draw(st.integers(1, 3))
+    head_dim = draw(st.sampled_from([8, 16, 24, 32]))
+    return memsim.Model(
+        name="tiny", display_name="tiny", layers=draw(st.integers(1, 2)),
+        hidden=draw(st.integers(4, 40)) * 4, heads=heads, kv_heads=kv_heads, head_dim=head_dim,
+        ffn=draw(st.integers(4, 60)) * 4, vocab=draw(st.integers(16, 300)),
+        tied_embeddings=draw(st.booleans()))
+
+
+@st.composite
+def small_runs(draw):
+    model = draw(small_models())
+    base = memsim.device(draw(st.sampled_from(["h100-sxm", "mtia-v2", "groq-lpu"])))
+    overrides = {
+        "cores": draw(st.integers(1, 9)),
+        f"tiers.{base.tiers[0].name}.capacity":
+            f"{2 ** draw(st.integers(10, 21)) + draw(st.integers(0, 4096))} B",
+    }
+    if len(base.tiers) > 1:
+        overrides[f"tiers.{base.tiers[1].name}.granularity"] = f"{draw(st.sampled_from([1, 32, 64]))} B"
+    device = base.with_overrides(overrides)
+    workload = memsim.Decode(
+        batch=draw(st.integers(1, 3)), context=draw(st.integers(0, 70)),
+        weights=draw(st.sampled_from(FORMAT_NAMES)), kv=draw(st.sampled_from(KV_FORMATS)),
+        steps=draw(st.integers(1, 3)), new_tokens=draw(st.integers(1, 3)),
+        kv_block=draw(st.sampled_from([1, 4, 16])), tile_k=draw(st.sampled_from([8, 16, 32, 48])),
+        tile_n=draw(st.sampled_from([8, 16, 40])),
+        residency=draw(st.sampled_from(["lru", "pinned", "auto"])), seed=draw(st.integers(0, 9)))
+    return device, model, workload
+
+
+def _with_big_memory(device: memsim.Device) -> memsim.Device:
+    """Room for any tiny model in every tier but the on-chip one under test."""
+    return device.with_overrides({f"tiers.{t.name}.capacity": "1 TB" for t in device.tiers[1:]})
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(small_runs())
+def test_kernel_equals_reference_twin(run):
+    device, model, workload = run
+    device = _with_big_memory(device) if len(device.tiers) > 1 else device
+    try:
+        plan = make_plan(device, model, workload)
+    except memsim.CapacityError:
+        return
+    residency = Residency(plan)
+    twin = reference.new_state(plan)
+    for step in range(workload.steps):
+        counts = run_step(plan, residency, step)
+        expected = reference.run_step(plan, twin, step)
+        np.testing.assert_array_equal(counts.read_bits, np.array(expected["read"]))
+        np.testing.assert_array_equal(counts.written_bits, np.array(expected["written"]))
+        for column, name in enumerate(reference.OP_COLUMNS):
+            np.testing.assert_array_equal(counts.results[:, column],
+                                          [o[name] for o in expected["ops"]], err_msg=name)
+        np.testing.assert_allclose(counts.times, np.array(expected["times"]), rtol=1e-12,
+                                   atol=0)
+        # the LRU holds exactly what the twin holds
+        assert residency.state[k.S_USED_BITS] == sum(twin.lru.tiles.values())
+
+
+def test_lru_is_bounded_by_the_on_chip_tier_not_the_model():
+    """The residency arrays are sized by what the on-chip tier can hold."""
+    small = memsim.device("h100-sxm")
+    big = small.with_overrides({"tiers.hbm.capacity": "1 TB"})
+    for model in ("llama-3-8b", "llama-3-70b"):
+        plan = make_plan(big, memsim.model(model), memsim.Decode(context=4096))
+        tile_bits = 128 * 128 * 16
+        kv_block_bits = 16 * 128 * 16
+        assert plan.max_lru_entries <= math.ceil(8 * small.tiers[0].capacity / kv_block_bits) + 1
+        assert Residency(plan).nodes.nbytes < 2 * 8 * 8 * (plan.max_lru_entries + 2)
+        assert plan.max_lru_entries * tile_bits < 1e3 * 8 * small.tiers[0].capacity
