@@ -145,7 +145,34 @@ class Device:
         for path, value in overrides.items():
             _set_path(data, path, value, file=self.file)
             data.setdefault("sources", {})[path] = f"what-if override: {value}"
+        for path in overrides:
+            self._scale_sustained(data, path, overrides)
         return parse_device(data, file=f"{self.file} (with overrides)")
+
+    def _scale_sustained(self, data: dict, path: str, overrides: Mapping[str, Any]) -> None:
+        """A new peak bandwidth keeps the tier's measured sustained/peak efficiency.
+
+        Unless the what-if sets ``sustained_bandwidth`` itself, it scales with the peak, so that
+        raising a bandwidth never leaves the old sustained figure binding.
+        """
+        parts = path.split(".")
+        if len(parts) != 3 or parts[0] != "tiers" or parts[2] != "bandwidth":
+            return
+        sustained_path = f"tiers.{parts[1]}.sustained_bandwidth"
+        if sustained_path in overrides:
+            return
+        old = self.tier(parts[1])
+        if old.sustained_bandwidth == old.bandwidth:
+            data["tiers"][_tier_position(data["tiers"], parts[1], self.file)].pop(
+                "sustained_bandwidth", None)
+            return
+        new_peak = parse_quantity(overrides[path], "bandwidth", file=self.file, field=path)
+        scaled = new_peak * old.sustained_bandwidth / old.bandwidth
+        data["tiers"][_tier_position(data["tiers"], parts[1], self.file)][
+            "sustained_bandwidth"] = f"{scaled!r} B/s"
+        data["sources"][sustained_path] = (
+            f"what-if: scaled with the peak override, keeping the efficiency "
+            f"{old.sustained_bandwidth / old.bandwidth:.3f} of {self.source(sustained_path)}")
 
     def with_tier(self, tier: str | Mapping[str, Any], *, after: str | None = None,
                   name: str | None = None) -> Device:
@@ -187,7 +214,10 @@ def _set_path(data: dict, path: str, value: Any, *, file: str) -> None:
     if parts[0] == "tiers":
         if len(parts) != 3:
             raise ConfigError("a tier field is written 'tiers.NAME.FIELD'", file=file, field=path)
-        node = data["tiers"][_tier_position(data["tiers"], parts[1], file)]
+        try:
+            node = data["tiers"][_tier_position(data["tiers"], parts[1], file)]
+        except ConfigError as exc:
+            raise ConfigError(exc.reason, file=file, field=path) from None
         parts = parts[2:]
     for part in parts[:-1]:
         child = node.get(part) if isinstance(node, dict) else None

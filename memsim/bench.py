@@ -1,0 +1,65 @@
+"""Speed of the walkers, as ratios against a floor measured in the same run.
+
+The floor is a bare Numba loop that only sums tile sizes; the walker does everything a decode
+step needs per tile (tiling, exact bits, the LRU, counters, waves). Timings are the best of a few
+repetitions after a warm-up, so compile time and a busy neighbour weigh as little as possible.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from memsim.device import device
+from memsim.emulate import Residency, run_step
+from memsim.kernels import step as k
+from memsim.model import model
+from memsim.plan import make_plan
+from memsim.workload import Decode
+
+
+def _best_of(fn, repeats: int) -> float:
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def floor_ns_per_tile(n_tiles: int = 20_000_000, repeats: int = 5) -> float:
+    """Nanoseconds per tile of the bare loop that only sums tile sizes."""
+    k.sum_tile_bits(10, 262144)
+    return _best_of(lambda: k.sum_tile_bits(n_tiles, 262144), repeats) / n_tiles * 1e9
+
+
+def warm_step(model_name: str, context: int, repeats: int) -> tuple[float, int]:
+    """Seconds of one warm decode step at batch 1 on an H100 with room for the model, and tiles."""
+    dev = device("h100-sxm").with_overrides({"tiers.hbm.capacity": "1 TB"})
+    plan = make_plan(dev, model(model_name), Decode(batch=1, context=context, tile_k=128,
+                                                    tile_n=128, residency="lru"))
+    residency = Residency(plan)
+    counts = run_step(plan, residency, 0)
+    events = int(counts.results[:, k.R_HITS].sum() + counts.results[:, k.R_MISSES].sum())
+    steps = iter(range(1, 10_000))
+    return _best_of(lambda: run_step(plan, residency, next(steps)), repeats), events
+
+
+def run_benchmarks(quick: bool = False) -> str:
+    """Measure and format the benchmark figures."""
+    floor = floor_ns_per_tile(n_tiles=2_000_000 if quick else 20_000_000)
+    lines = [f"floor: bare loop summing tile sizes        {floor:8.3f} ns per tile"]
+    cases = [("llama-3-8b", 4096)] if quick else [("llama-3-8b", 4096), ("llama-3-70b", 8192)]
+    for name, context in cases:
+        seconds, events = warm_step(name, context, repeats=3)
+        per_event = seconds / events * 1e9
+        lines.append(f"{name} warm step, batch 1, context {context}, 128x128 tiles, LRU on:")
+        lines.append(f"  {seconds * 1e3:9.2f} ms per step, {events:,} tile events, "
+                     f"{events / seconds / 1e6:7.1f} M events/s, {per_event:6.2f} ns per event, "
+                     f"{per_event / floor:6.1f} x the floor")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print(run_benchmarks())
