@@ -72,7 +72,12 @@ R_ACT_READ_BITS = 6
 R_ACT_WRITTEN_BITS = 7
 N_RESULT_COLS = 8
 
-# Residency state (int64 array).
+# The residency state lives in one int64 "arena" of rows of eight columns, so that the per-tile
+# helpers take a single array (every array argument of a call costs reference counting):
+#   row 0                     the LRU's scalars (S_* columns);
+#   rows 1 .. n_tensors       per tensor: its first and last run, and the pinned flags (T_*);
+#   the rows after those      run nodes (N_* columns); a node's id is its row.
+ARENA_COLS = 8
 S_HEAD = 0          # most recently used run
 S_TAIL = 1          # least recently used run
 S_USED_BITS = 2
@@ -80,7 +85,11 @@ S_CAPACITY_BITS = 3
 S_FREE = 4          # free list of run nodes
 S_CURSOR = 5        # where the current op's next lookup starts in its tensor's run list
 S_RUNS = 6          # live runs
-N_STATE = 7
+S_TENSORS = 7       # tensors in the plan
+T_FIRST = 0         # first run of the tensor, by tile index
+T_LAST = 1
+T_PINNED_LOADED = 2  # 1 once a pinned tensor is on chip (after the step that loaded it)
+T_LOADED_NOW = 3     # 1 when the current step touched the pinned tensor
 
 # Columns of a run node: tiles [lo, hi) of one tensor, all of the same size, whose recency
 # rises with the index; runs are linked by recency and, per tensor, in index order.
@@ -92,12 +101,24 @@ N_NEWER = 4
 N_OLDER = 5
 N_PREV = 6          # previous run of the same tensor, by index
 N_NEXT = 7          # next run of the same tensor, by index
-N_NODE_COLS = 8
 
 NIL = -1
 PARTIAL_SUM_BITS = 32   # split-K and split-context partial results are FP32
 SOFTMAX_OPS = 4         # vector operations per attention score (max, exp, sum, scale)
 NORM_OPS = 4            # vector operations per element of an RMSNorm (square, sum, scale, weight)
+
+
+def new_arena(n_tensors: int, max_tiles: int, capacity_bits: int) -> np.ndarray:
+    """An empty on-chip tier: room for ``max_tiles`` runs (a run holds at least one tile)."""
+    runs = max_tiles + 2
+    first_node = 1 + n_tensors
+    arena = np.full((first_node + runs, ARENA_COLS), NIL, dtype=np.int64)
+    arena[1:first_node, T_PINNED_LOADED] = 0
+    arena[1:first_node, T_LOADED_NOW] = 0
+    arena[first_node:, N_NEXT] = np.arange(first_node + 1, first_node + runs + 1)
+    arena[-1, N_NEXT] = NIL
+    arena[0, :] = (NIL, NIL, 0, capacity_bits, first_node, NIL, 0, n_tensors)
+    return arena
 
 
 # The on-chip tier is an exact LRU over tiles, keyed by (tensor, tile index), with a byte
@@ -107,102 +128,103 @@ NORM_OPS = 4            # vector operations per element of an RMSNorm (square, s
 # amortised and touches a few cache lines, where a hash table would touch many.
 
 @jit_inline
-def _unlink(x, state, nodes, tensor_first, tensor_last):
+def _unlink(x, a):
     """Remove an emptied run from both lists and return it to the free list."""
-    newer = nodes[x, N_NEWER]
-    older = nodes[x, N_OLDER]
+    newer = a[x, N_NEWER]
+    older = a[x, N_OLDER]
     if newer == NIL:
-        state[S_HEAD] = older
+        a[0, S_HEAD] = older
     else:
-        nodes[newer, N_OLDER] = older
+        a[newer, N_OLDER] = older
     if older == NIL:
-        state[S_TAIL] = newer
+        a[0, S_TAIL] = newer
     else:
-        nodes[older, N_NEWER] = newer
-    tensor = nodes[x, N_TENSOR]
-    prev = nodes[x, N_PREV]
-    nxt = nodes[x, N_NEXT]
+        a[older, N_NEWER] = newer
+    row = 1 + a[x, N_TENSOR]
+    prev = a[x, N_PREV]
+    nxt = a[x, N_NEXT]
     if prev == NIL:
-        tensor_first[tensor] = nxt
+        a[row, T_FIRST] = nxt
     else:
-        nodes[prev, N_NEXT] = nxt
+        a[prev, N_NEXT] = nxt
     if nxt == NIL:
-        tensor_last[tensor] = prev
+        a[row, T_LAST] = prev
     else:
-        nodes[nxt, N_PREV] = prev
-    if state[S_CURSOR] == x:
-        state[S_CURSOR] = nxt
-    nodes[x, N_NEXT] = state[S_FREE]
-    state[S_FREE] = x
-    state[S_RUNS] -= 1
+        a[nxt, N_PREV] = prev
+    if a[0, S_CURSOR] == x:
+        a[0, S_CURSOR] = nxt
+    a[x, N_NEXT] = a[0, S_FREE]
+    a[0, S_FREE] = x
+    a[0, S_RUNS] -= 1
 
 
 @jit_inline
-def _new_run(tensor, lo, hi, bits, state, nodes):
-    x = state[S_FREE]
-    state[S_FREE] = nodes[x, N_NEXT]
-    nodes[x, N_TENSOR] = tensor
-    nodes[x, N_LO] = lo
-    nodes[x, N_HI] = hi
-    nodes[x, N_BITS] = bits
-    state[S_RUNS] += 1
+def _new_run(tensor, lo, hi, bits, a):
+    x = a[0, S_FREE]
+    a[0, S_FREE] = a[x, N_NEXT]
+    a[x, N_TENSOR] = tensor
+    a[x, N_LO] = lo
+    a[x, N_HI] = hi
+    a[x, N_BITS] = bits
+    a[0, S_RUNS] += 1
     return x
 
 
 @jit_inline
-def _link_tensor_before(x, before, tensor, nodes, tensor_first, tensor_last):
+def _link_tensor_before(x, before, tensor, a):
     """Insert run ``x`` into its tensor's index-ordered list before ``before`` (NIL: at the end)."""
+    row = 1 + tensor
     if before == NIL:
-        prev = tensor_last[tensor]
-        tensor_last[tensor] = x
+        prev = a[row, T_LAST]
+        a[row, T_LAST] = x
     else:
-        prev = nodes[before, N_PREV]
-        nodes[before, N_PREV] = x
-    nodes[x, N_PREV] = prev
-    nodes[x, N_NEXT] = before
+        prev = a[before, N_PREV]
+        a[before, N_PREV] = x
+    a[x, N_PREV] = prev
+    a[x, N_NEXT] = before
     if prev == NIL:
-        tensor_first[tensor] = x
+        a[row, T_FIRST] = x
     else:
-        nodes[prev, N_NEXT] = x
+        a[prev, N_NEXT] = x
 
 
 @jit_inline
-def _make_newest(tensor, t, bits, state, nodes, tensor_first, tensor_last):
+def _make_newest(tensor, t, bits, a):
     """Put tile ``t`` at the most recently used end, extending the newest run when it continues it."""
-    head = state[S_HEAD]
-    state[S_USED_BITS] += bits
-    if (head != NIL and nodes[head, N_TENSOR] == tensor and nodes[head, N_HI] == t
-            and nodes[head, N_BITS] == bits):
-        nodes[head, N_HI] = t + 1
-        state[S_CURSOR] = head
+    head = a[0, S_HEAD]
+    a[0, S_USED_BITS] += bits
+    if (head != NIL and a[head, N_TENSOR] == tensor and a[head, N_HI] == t
+            and a[head, N_BITS] == bits):
+        a[head, N_HI] = t + 1
+        a[0, S_CURSOR] = head
         return
-    x = _new_run(tensor, t, t + 1, bits, state, nodes)
-    nodes[x, N_NEWER] = NIL
-    nodes[x, N_OLDER] = head
+    x = _new_run(tensor, t, t + 1, bits, a)
+    a[x, N_NEWER] = NIL
+    a[x, N_OLDER] = head
     if head == NIL:
-        state[S_TAIL] = x
+        a[0, S_TAIL] = x
     else:
-        nodes[head, N_NEWER] = x
-    state[S_HEAD] = x
-    after = state[S_CURSOR]
-    while after != NIL and nodes[after, N_HI] <= t:
-        after = nodes[after, N_NEXT]
-    _link_tensor_before(x, after, tensor, nodes, tensor_first, tensor_last)
-    state[S_CURSOR] = x
+        a[head, N_NEWER] = x
+    a[0, S_HEAD] = x
+    after = a[0, S_CURSOR]
+    while after != NIL and a[after, N_HI] <= t:
+        after = a[after, N_NEXT]
+    _link_tensor_before(x, after, tensor, a)
+    a[0, S_CURSOR] = x
 
 
 @jit_inline
-def _evict_oldest(state, nodes, tensor_first, tensor_last):
+def _evict_oldest(a):
     """Drop the least recently used tile: the first tile of the oldest run."""
-    x = state[S_TAIL]
-    nodes[x, N_LO] += 1
-    state[S_USED_BITS] -= nodes[x, N_BITS]
-    if nodes[x, N_LO] == nodes[x, N_HI]:
-        _unlink(x, state, nodes, tensor_first, tensor_last)
+    x = a[0, S_TAIL]
+    a[x, N_LO] += 1
+    a[0, S_USED_BITS] -= a[x, N_BITS]
+    if a[x, N_LO] == a[x, N_HI]:
+        _unlink(x, a)
 
 
 @jit_inline
-def _lookup(tensor, t, bits, state, nodes, tensor_first, tensor_last):
+def _lookup(tensor, t, bits, a):
     """Touch tile ``t`` of ``tensor`` (indices rise within an op); True on a hit.
 
     A miss fills the tile, evicting least recently used tiles until it fits; a tile larger than
@@ -210,48 +232,48 @@ def _lookup(tensor, t, bits, state, nodes, tensor_first, tensor_last):
     cache always holds the longest run of most recent tiles that fits, and a bigger cache never
     holds less).
     """
-    c = state[S_CURSOR]
-    while c != NIL and nodes[c, N_HI] <= t:
-        c = nodes[c, N_NEXT]
-    state[S_CURSOR] = c
-    if c != NIL and nodes[c, N_LO] <= t:
-        lo = nodes[c, N_LO]
-        hi = nodes[c, N_HI]
-        state[S_USED_BITS] -= bits
+    c = a[0, S_CURSOR]
+    while c != NIL and a[c, N_HI] <= t:
+        c = a[c, N_NEXT]
+    a[0, S_CURSOR] = c
+    if c != NIL and a[c, N_LO] <= t:
+        lo = a[c, N_LO]
+        hi = a[c, N_HI]
+        a[0, S_USED_BITS] -= bits
         if t == lo:
-            nodes[c, N_LO] = t + 1
+            a[c, N_LO] = t + 1
             if t + 1 == hi:
-                _unlink(c, state, nodes, tensor_first, tensor_last)
+                _unlink(c, a)
         elif t == hi - 1:
-            nodes[c, N_HI] = t
+            a[c, N_HI] = t
         else:
-            r = _new_run(tensor, t + 1, hi, nodes[c, N_BITS], state, nodes)
-            nodes[c, N_HI] = t
-            newer = nodes[c, N_NEWER]
-            nodes[r, N_OLDER] = c
-            nodes[r, N_NEWER] = newer
-            nodes[c, N_NEWER] = r
+            r = _new_run(tensor, t + 1, hi, a[c, N_BITS], a)
+            a[c, N_HI] = t
+            newer = a[c, N_NEWER]
+            a[r, N_OLDER] = c
+            a[r, N_NEWER] = newer
+            a[c, N_NEWER] = r
             if newer == NIL:
-                state[S_HEAD] = r
+                a[0, S_HEAD] = r
             else:
-                nodes[newer, N_OLDER] = r
-            _link_tensor_before(r, nodes[c, N_NEXT], tensor, nodes, tensor_first, tensor_last)
-        _make_newest(tensor, t, bits, state, nodes, tensor_first, tensor_last)
+                a[newer, N_OLDER] = r
+            _link_tensor_before(r, a[c, N_NEXT], tensor, a)
+        _make_newest(tensor, t, bits, a)
         return True
-    if bits > state[S_CAPACITY_BITS]:
-        while state[S_TAIL] != NIL:
-            _evict_oldest(state, nodes, tensor_first, tensor_last)
+    if bits > a[0, S_CAPACITY_BITS]:
+        while a[0, S_TAIL] != NIL:
+            _evict_oldest(a)
         return False
-    while state[S_USED_BITS] + bits > state[S_CAPACITY_BITS]:
-        _evict_oldest(state, nodes, tensor_first, tensor_last)
-    _make_newest(tensor, t, bits, state, nodes, tensor_first, tensor_last)
+    while a[0, S_USED_BITS] + bits > a[0, S_CAPACITY_BITS]:
+        _evict_oldest(a)
+    _make_newest(tensor, t, bits, a)
     return False
 
 
 @jit_inline
-def _begin_op(tensor, state, tensor_first):
+def _begin_op(tensor, a):
     """Point the cursor at the first run of the tensor an op is about to walk."""
-    state[S_CURSOR] = tensor_first[tensor]
+    a[0, S_CURSOR] = a[1 + tensor, T_FIRST]
 
 
 @jit_inline
@@ -284,15 +306,14 @@ def _mix(x):
 
 
 @jit_inline
-def _fetch(tensor, t, bits, home, pinned, step_loaded, pinned_loaded, state, nodes,
-           tensor_first, tensor_last):
+def _fetch(tensor, t, bits, home, pinned, a):
     """Bring tile ``t`` of ``tensor`` to the compute; True when the on-chip tier already held it."""
     if home == 0:
         return True
     if pinned == 1:
-        step_loaded[tensor] = 1
-        return pinned_loaded[tensor] == 1
-    return _lookup(tensor, t, bits, state, nodes, tensor_first, tensor_last)
+        a[1 + tensor, T_LOADED_NOW] = 1
+        return a[1 + tensor, T_PINNED_LOADED] == 1
+    return _lookup(tensor, t, bits, a)
 
 
 @jit_inline
@@ -328,7 +349,7 @@ def _close_wave(op, wave_bits, unit_compute_s, tier_bandwidth, tier_latency_s, t
 
 @jit
 def _matmul(op, op_int, op_float, n_cores, vector_rate, tier_bandwidth, tier_latency_s,
-            step_loaded, pinned_loaded, state, nodes, tensor_first, tensor_last, read_bits,
+            arena, read_bits,
             written_bits, results, times, wave_bits):
     m = op_int[op, C_M]
     k = op_int[op, C_K]
@@ -361,7 +382,7 @@ def _matmul(op, op_int, op_float, n_cores, vector_rate, tier_bandwidth, tier_lat
     aligned = group == 0 or tk % group == 0
     full_bits = _tile_bits(0, tk, tn, elem_bits, group, meta_bits, padded)
 
-    _begin_op(tensor, state, tensor_first)
+    _begin_op(tensor, arena)
     hits = 0
     misses = 0
     hit_bits = 0
@@ -369,6 +390,8 @@ def _matmul(op, op_int, op_float, n_cores, vector_rate, tier_bandwidth, tier_lat
     t = 0
     for w in range(waves):
         slowest = 0.0
+        wave_on_chip = 0
+        wave_home = 0
         for u in range(w * n_cores, min(units, (w + 1) * n_cores)):
             nt = u // split
             kt0 = (u % split) * k_tiles_per_unit
@@ -384,22 +407,21 @@ def _matmul(op, op_int, op_float, n_cores, vector_rate, tier_bandwidth, tier_lat
                     bits = _tile_bits(k0, kk, nn, elem_bits, group, meta_bits, padded)
                 if kt == 0 and nt == 0:
                     bits += op_int[op, C_TENSOR_META_BITS]
-                if _fetch(tensor, t, bits, home, pinned, step_loaded, pinned_loaded, state,
-                          nodes, tensor_first, tensor_last):
+                if _fetch(tensor, t, bits, home, pinned, arena):
                     hits += 1
                     hit_bits += bits
                 else:
                     misses += 1
                     miss_bits += bits
-                    wave_bits[home] += bits
-                wave_bits[0] += bits
+                    wave_home += bits
+                wave_on_chip += bits
                 t += 1
                 unit_elements += kk * nn
             act = m * (min(k, kt1 * tk) - kt0 * tk)
             out = m * nn * out_bits
             results[op, R_ACT_READ_BITS] += act * act_bits
             results[op, R_ACT_WRITTEN_BITS] += out
-            wave_bits[0] += act * act_bits + out
+            wave_on_chip += act * act_bits + out
             results[op, R_FLOPS] += 2 * m * unit_elements
             vector_ops = dequant_ops * unit_elements
             results[op, R_VECTOR_OPS] += np.int64(vector_ops)
@@ -410,7 +432,9 @@ def _matmul(op, op_int, op_float, n_cores, vector_rate, tier_bandwidth, tier_lat
             reduce_written = m * n * act_bits
             results[op, R_ACT_READ_BITS] += reduce_read
             results[op, R_ACT_WRITTEN_BITS] += reduce_written
-            wave_bits[0] += reduce_read + reduce_written
+            wave_on_chip += reduce_read + reduce_written
+        wave_bits[home] += wave_home
+        wave_bits[0] += wave_on_chip
         _close_wave(op, wave_bits, slowest, tier_bandwidth, tier_latency_s, times)
     results[op, R_WAVES] += waves
     _record_tiles(op, home, hits, misses, hit_bits, miss_bits, read_bits, written_bits, results)
@@ -418,8 +442,7 @@ def _matmul(op, op_int, op_float, n_cores, vector_rate, tier_bandwidth, tier_lat
 
 @jit
 def _attention(op, op_int, op_float, step, n_cores, vector_rate, tier_bandwidth,
-               tier_latency_s, tier_granularity, step_loaded, pinned_loaded, state, nodes,
-               tensor_first, tensor_last, read_bits, written_bits, results, times, wave_bits):
+               tier_latency_s, tier_granularity, arena, read_bits, written_bits, results, times, wave_bits):
     batch = op_int[op, C_BATCH]
     kv_heads = op_int[op, C_KV_HEADS]
     q_per_kv = op_int[op, C_Q_PER_KV]
@@ -451,7 +474,7 @@ def _attention(op, op_int, op_float, step, n_cores, vector_rate, tier_bandwidth,
     waves = (units + n_cores - 1) // n_cores
     out_bits = PARTIAL_SUM_BITS if split > 1 else act_bits
 
-    _begin_op(tensor, state, tensor_first)
+    _begin_op(tensor, arena)
     hits = 0
     misses = 0
     hit_bits = 0
@@ -465,8 +488,7 @@ def _attention(op, op_int, op_float, step, n_cores, vector_rate, tier_bandwidth,
             for j in range(j0, j1):
                 for kv in range(2):
                     t = (stream * max_blocks + j) * 2 + kv
-                    if _fetch(tensor, t, block_bits, home, pinned, step_loaded, pinned_loaded,
-                              state, nodes, tensor_first, tensor_last):
+                    if _fetch(tensor, t, block_bits, home, pinned, arena):
                         hits += 1
                         hit_bits += block_bits
                     else:
@@ -522,7 +544,7 @@ def _kv_append(op, op_int, n_cores, tier_bandwidth, tier_latency_s, tier_granula
 
 @jit
 def _vector_op(op, op_int, step, seed, vector_rate, tier_bandwidth, tier_latency_s,
-               step_loaded, pinned_loaded, state, nodes, tensor_first, tensor_last, read_bits,
+               arena, read_bits,
                written_bits, results, times, wave_bits):
     """An embedding lookup (one table row per token) or an RMSNorm (one weight vector)."""
     m = op_int[op, C_M]
@@ -533,7 +555,7 @@ def _vector_op(op, op_int, step, seed, vector_rate, tier_bandwidth, tier_latency
     act_bits = op_int[op, C_ACT_BITS]
     row_bits = _tile_bits(0, k, 1, op_int[op, C_ELEM_BITS], op_int[op, C_GROUP],
                           op_int[op, C_META_BITS], op_int[op, C_PADDED])
-    _begin_op(tensor, state, tensor_first)
+    _begin_op(tensor, arena)
     hits = 0
     misses = 0
     hit_bits = 0
@@ -554,8 +576,7 @@ def _vector_op(op, op_int, step, seed, vector_rate, tier_bandwidth, tier_latency
         results[op, R_ACT_READ_BITS] += m * k * act_bits
         wave_bits[0] += m * k * act_bits
     for r in range(n_rows):
-        if _fetch(tensor, tokens[r], row_bits, home, pinned, step_loaded, pinned_loaded, state,
-                  nodes, tensor_first, tensor_last):
+        if _fetch(tensor, tokens[r], row_bits, home, pinned, arena):
             hits += 1
             hit_bits += row_bits
         else:
@@ -573,43 +594,41 @@ def _vector_op(op, op_int, step, seed, vector_rate, tier_bandwidth, tier_latency
 
 @jit
 def walk_step(op_int, op_float, step, seed, n_cores, vector_rate, launch_s, tier_bandwidth,
-              tier_latency_s, tier_granularity, pinned_loaded, state, nodes, tensor_first,
-              tensor_last, read_bits, written_bits, results, times):
+              tier_latency_s, tier_granularity, arena, read_bits, written_bits, results, times):
     """Emulate decode step ``step`` (0-based) of the plan's ops, accumulating into the outputs.
 
     ``read_bits``/``written_bits`` are ``[op, tier]``; ``results`` is ``[op, R_*]``; ``times`` is
-    ``[op, tier... , compute, latency, launch]`` in seconds. The residency state (``state``,
-    ``nodes``, ``tensor_first``/``tensor_last``, ``pinned_loaded``) carries over between calls.
+    ``[op, tier... , compute, latency, launch]`` in seconds. The residency state (``arena``, see
+    :func:`new_arena`) carries over from one call to the next.
     """
     n_tiers = tier_bandwidth.shape[0]
     wave_bits = np.zeros(n_tiers, dtype=np.int64)
-    step_loaded = pinned_loaded.copy()
     for op in range(op_int.shape[0]):
         kind = op_int[op, C_KIND]
         if kind == OP_MATMUL:
             _matmul(op, op_int, op_float, n_cores, vector_rate, tier_bandwidth, tier_latency_s,
-                    step_loaded, pinned_loaded, state, nodes, tensor_first, tensor_last,
-                    read_bits, written_bits, results, times, wave_bits)
+                    arena, read_bits, written_bits, results, times, wave_bits)
         elif kind == OP_ATTENTION:
             _attention(op, op_int, op_float, step, n_cores, vector_rate, tier_bandwidth,
-                       tier_latency_s, tier_granularity, step_loaded, pinned_loaded, state,
-                       nodes, tensor_first, tensor_last, read_bits, written_bits, results,
+                       tier_latency_s, tier_granularity, arena, read_bits, written_bits, results,
                        times, wave_bits)
         elif kind == OP_KV_APPEND:
             _kv_append(op, op_int, n_cores, tier_bandwidth, tier_latency_s, tier_granularity,
                        written_bits, results, times, wave_bits)
         else:
             _vector_op(op, op_int, step, seed, vector_rate, tier_bandwidth, tier_latency_s,
-                       step_loaded, pinned_loaded, state, nodes, tensor_first, tensor_last,
-                       read_bits, written_bits, results, times, wave_bits)
+                       arena, read_bits, written_bits, results, times, wave_bits)
         times[op, n_tiers + 2] += launch_s
-    pinned_loaded[:] = step_loaded
+    for row in range(1, 1 + arena[0, S_TENSORS]):
+        arena[row, T_PINNED_LOADED] = arena[row, T_LOADED_NOW]
 
 
 @jit
-def sum_tile_bits(n_tiles, tile_bits):
-    """The benchmark's floor: a bare loop that only sums tile sizes."""
+def sum_tile_bits(k, n, tile_k, tile_n, elem_bits):
+    """The benchmark's floor: a bare loop over a matrix's tiles that only sums their sizes."""
     total = 0
-    for i in range(n_tiles):
-        total += tile_bits + (i & 1)
+    for n0 in range(0, n, tile_n):
+        nn = min(tile_n, n - n0)
+        for k0 in range(0, k, tile_k):
+            total += min(tile_k, k - k0) * nn * elem_bits
     return total

@@ -29,9 +29,11 @@ def _best_of(fn, repeats: int) -> float:
 
 
 def floor_ns_per_tile(n_tiles: int = 20_000_000, repeats: int = 5) -> float:
-    """Nanoseconds per tile of the bare loop that only sums tile sizes."""
-    k.sum_tile_bits(10, 262144)
-    return _best_of(lambda: k.sum_tile_bits(n_tiles, 262144), repeats) / n_tiles * 1e9
+    """Nanoseconds per tile of the bare loop that only sums tile sizes (128 x 128 tiles)."""
+    side = int(n_tiles ** 0.5) * 128 + 64          # ragged last tiles, as in a real matrix
+    k.sum_tile_bits(1000, 1000, 128, 128, 16)
+    tiles = (-(-side // 128)) ** 2
+    return _best_of(lambda: k.sum_tile_bits(side, side, 128, 128, 16), repeats) / tiles * 1e9
 
 
 def warm_step(model_name: str, context: int, repeats: int) -> tuple[float, int]:

@@ -16,25 +16,19 @@ from memsim.workload import Decode
 
 
 class Residency:
-    """The on-chip tier's state between steps: an LRU over tiles and the pinned tensors.
+    """The on-chip tier's state between steps: an exact LRU over tiles and the pinned tensors.
 
-    Its arrays are sized by what the on-chip tier can hold (``plan.max_lru_entries``), never by
-    the model's size.
+    Its arena is sized by what the on-chip tier can hold (``plan.max_lru_entries``), never by the
+    model's size.
     """
 
     def __init__(self, plan: Plan) -> None:
-        runs = plan.max_lru_entries + 2
-        self.nodes = np.full((runs, k.N_NODE_COLS), k.NIL, dtype=np.int64)
-        self.nodes[:, k.N_NEXT] = np.arange(1, runs + 1)
-        self.nodes[-1, k.N_NEXT] = k.NIL
-        self.state = np.zeros(k.N_STATE, dtype=np.int64)
-        self.state[k.S_HEAD] = k.NIL
-        self.state[k.S_TAIL] = k.NIL
-        self.state[k.S_CURSOR] = k.NIL
-        self.state[k.S_CAPACITY_BITS] = plan.lru_capacity_bits
-        self.tensor_first = np.full(len(plan.tensors), k.NIL, dtype=np.int64)
-        self.tensor_last = np.full(len(plan.tensors), k.NIL, dtype=np.int64)
-        self.pinned_loaded = np.zeros(len(plan.tensors), dtype=np.int64)
+        self.arena = k.new_arena(len(plan.tensors), plan.max_lru_entries, plan.lru_capacity_bits)
+
+    @property
+    def used_bits(self) -> int:
+        """Bits the LRU holds now."""
+        return int(self.arena[0, k.S_USED_BITS])
 
 
 def run_step(plan: Plan, residency: Residency, step: int) -> StepCounts:
@@ -50,9 +44,7 @@ def run_step(plan: Plan, residency: Residency, step: int) -> StepCounts:
     dev = plan.device
     k.walk_step(plan.op_int, plan.op_float, step, plan.workload.seed, dev.cores,
                 dev.vector_ops_per_s, dev.op_launch_s, plan.tier_bandwidth, plan.tier_latency_s,
-                plan.tier_granularity, residency.pinned_loaded, residency.state,
-                residency.nodes, residency.tensor_first, residency.tensor_last,
-                counts.read_bits, counts.written_bits, counts.results, counts.times)
+                plan.tier_granularity, residency.arena, counts.read_bits, counts.written_bits, counts.results, counts.times)
     return counts
 
 

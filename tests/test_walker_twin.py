@@ -10,7 +10,6 @@ from hypothesis import strategies as st
 
 import memsim
 from memsim.emulate import Residency, run_step
-from memsim.kernels import step as k
 from memsim.plan import make_plan
 from tests import reference
 
@@ -80,7 +79,7 @@ def test_kernel_equals_reference_twin(run):
         np.testing.assert_allclose(counts.times, np.array(expected["times"]), rtol=1e-12,
                                    atol=0)
         # the LRU holds exactly what the twin holds
-        assert residency.state[k.S_USED_BITS] == sum(twin.lru.tiles.values())
+        assert residency.used_bits == sum(twin.lru.tiles.values())
 
 
 def test_lru_is_bounded_by_the_on_chip_tier_not_the_model():
@@ -92,5 +91,6 @@ def test_lru_is_bounded_by_the_on_chip_tier_not_the_model():
         tile_bits = 128 * 128 * 16
         kv_block_bits = 16 * 128 * 16
         assert plan.max_lru_entries <= math.ceil(8 * small.tiers[0].capacity / kv_block_bits) + 1
-        assert Residency(plan).nodes.nbytes < 2 * 8 * 8 * (plan.max_lru_entries + 2)
+        rows = 1 + len(plan.tensors) + plan.max_lru_entries + 2
+        assert Residency(plan).arena.nbytes == 8 * 8 * rows
         assert plan.max_lru_entries * tile_bits < 1e3 * 8 * small.tiers[0].capacity
