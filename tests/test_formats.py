@@ -266,7 +266,7 @@ def test_int4_any_group_size(n, rows, k):
     assert fmt.group == n
     groups = math.ceil(k / n)
     assert bytes_for((rows, k), f"int4-g{n}") == math.ceil(rows * (4 * k + 20 * groups) / 8)
-    assert fmt.bits_per_element(n) == 4 + 20 / n
+    assert fmt.bits_per_element(n) == (4 * n + 20) / n   # one group of n inputs: exact
 
 
 # --- bad input --------------------------------------------------------------------------------
