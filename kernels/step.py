@@ -297,6 +297,23 @@ def _padded_rows(rows, grain):
 
 
 @jit_inline
+def _work_units(streams, chunks, n_cores):
+    """Spread ``streams`` independent outputs of ``chunks`` sequential pieces over the cores.
+
+    When there are fewer streams than cores each is split into equal runs of chunks (split-K
+    for a matmul, flash-decoding for attention) until the cores are busy. Returns the splits per
+    stream, chunks per unit, units and waves.
+    """
+    split = 1
+    if streams < n_cores:
+        split = min(chunks, n_cores // streams)
+    per_unit = (chunks + split - 1) // split
+    split = (chunks + per_unit - 1) // per_unit
+    units = streams * split
+    return split, per_unit, units, (units + n_cores - 1) // n_cores
+
+
+@jit_inline
 def _mix(x):
     """splitmix64 finaliser: a deterministic pseudo-random stream from a counter."""
     z = np.uint64(x) + np.uint64(0x9E3779B97F4A7C15)
@@ -371,13 +388,7 @@ def _matmul(op, op_int, op_float, n_cores, vector_rate, tier_bandwidth, tier_lat
 
     n_tiles = (n + tn - 1) // tn
     k_tiles = (k + tk - 1) // tk
-    split = 1
-    if n_tiles < n_cores:
-        split = min(k_tiles, n_cores // n_tiles)
-    k_tiles_per_unit = (k_tiles + split - 1) // split
-    split = (k_tiles + k_tiles_per_unit - 1) // k_tiles_per_unit
-    units = n_tiles * split
-    waves = (units + n_cores - 1) // n_cores
+    split, k_tiles_per_unit, units, waves = _work_units(n_tiles, k_tiles, n_cores)
     out_bits = PARTIAL_SUM_BITS if split > 1 else act_bits
     aligned = group == 0 or tk % group == 0
     full_bits = _tile_bits(0, tk, tn, elem_bits, group, meta_bits, padded)
@@ -465,13 +476,7 @@ def _attention(op, op_int, op_float, step, n_cores, vector_rate, tier_bandwidth,
     dequant_ops = op_float[op, F_DEQUANT_OPS]
 
     streams = batch * kv_heads
-    split = 1
-    if streams < n_cores:
-        split = min(blocks, n_cores // streams)
-    blocks_per_unit = (blocks + split - 1) // split
-    split = (blocks + blocks_per_unit - 1) // blocks_per_unit
-    units = streams * split
-    waves = (units + n_cores - 1) // n_cores
+    split, blocks_per_unit, units, waves = _work_units(streams, blocks, n_cores)
     out_bits = PARTIAL_SUM_BITS if split > 1 else act_bits
 
     _begin_op(tensor, arena)

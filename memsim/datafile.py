@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Iterable, Mapping
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,22 @@ def read_toml_file(path: str | Path) -> dict[str, Any]:
     except OSError as exc:
         raise ConfigError(f"cannot read file: {exc.strerror}", file=str(path)) from None
     return read_toml_text(text, file=str(path))
+
+
+def catalog_names(package: str) -> list[str]:
+    """Stems of the TOML files shipped in a catalog package (``memsim.devices``)."""
+    folder = resources.files(package)
+    return sorted(p.name[:-5] for p in folder.iterdir() if p.name.endswith(".toml"))
+
+
+def read_catalog_entry(package: str, name: str, *, kind: str, folder: str) -> tuple[dict, str]:
+    """The parsed data of catalog entry ``name`` and the file name errors should show."""
+    resource = resources.files(package) / f"{name}.toml"
+    if not resource.is_file():
+        raise ConfigError(f"unknown {kind} {name!r}; catalog {kind}s are "
+                          f"{', '.join(catalog_names(package))}", field=kind)
+    file = f"{folder}/{name}.toml"
+    return read_toml_text(resource.read_text(encoding="utf-8"), file=file), file
 
 
 def check_keys(table: Mapping[str, Any], *, required: Iterable[str], optional: Iterable[str] = (),

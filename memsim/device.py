@@ -10,12 +10,11 @@ from __future__ import annotations
 import copy
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from memsim.datafile import (check_keys, read_toml_file, read_toml_text, require_int, require_str,
-                             require_table)
+from memsim.datafile import (catalog_names, check_keys, read_catalog_entry, read_toml_file,
+                             require_int, require_str, require_table)
 from memsim.errors import ConfigError
 from memsim.formats import COMPUTE_CLASSES
 from memsim.units import parse_quantity
@@ -416,36 +415,26 @@ def load_device(path: str | Path) -> Device:
 
 def device_names() -> list[str]:
     """Names of the catalog's devices."""
-    folder = resources.files("memsim.devices")
-    return sorted(p.name[:-5] for p in folder.iterdir() if p.name.endswith(".toml"))
+    return catalog_names("memsim.devices")
 
 
 def device(name: str) -> Device:
     """A catalog device by name (``h100-sxm``), or a device file by path."""
     if name.endswith(".toml"):
         return load_device(name)
-    resource = resources.files("memsim.devices") / f"{name}.toml"
-    if not resource.is_file():
-        raise ConfigError(f"unknown device {name!r}; catalog devices are "
-                          f"{', '.join(device_names())}", field="device")
-    file = f"devices/{name}.toml"
-    return parse_device(read_toml_text(resource.read_text(encoding="utf-8"), file=file), file=file)
+    data, file = read_catalog_entry("memsim.devices", name, kind="device", folder="devices")
+    return parse_device(data, file=file)
 
 
 def tier_template_names() -> list[str]:
     """Names of the tier templates a what-if can add."""
-    folder = resources.files("memsim.devices.templates")
-    return sorted(p.name[:-5] for p in folder.iterdir() if p.name.endswith(".toml"))
+    return catalog_names("memsim.devices.templates")
 
 
 def load_tier_template(name: str) -> tuple[dict[str, Any], dict[str, str]]:
     """A tier template's tier table and its sources (keyed by tier field)."""
-    resource = resources.files("memsim.devices.templates") / f"{name}.toml"
-    if not resource.is_file():
-        raise ConfigError(f"unknown tier template {name!r}; templates are "
-                          f"{', '.join(tier_template_names())}", field="tier")
-    file = f"devices/templates/{name}.toml"
-    data = read_toml_text(resource.read_text(encoding="utf-8"), file=file)
+    data, file = read_catalog_entry("memsim.devices.templates", name, kind="tier template",
+                                    folder="devices/templates")
     check_keys(data, required=("schema_version", "name", "description", "tier"),
                optional=("sources",), file=file)
     table = dict(require_table(data["tier"], file=file, field="tier"))

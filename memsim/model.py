@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 
-from memsim.datafile import (check_keys, read_toml_file, read_toml_text, require_bool, require_int,
-                             require_str, require_table)
+from memsim.datafile import (catalog_names, check_keys, read_catalog_entry, read_toml_file,
+                             require_bool, require_int, require_str, require_table)
 from memsim.errors import ConfigError
 from memsim.units import parse_quantity
 
@@ -136,18 +135,12 @@ def load_model(path: str | Path) -> Model:
 
 def model_names() -> list[str]:
     """Names of the catalog's models."""
-    folder = resources.files("memsim.models")
-    return sorted(p.name[:-5] for p in folder.iterdir() if p.name.endswith(".toml"))
+    return catalog_names("memsim.models")
 
 
 def model(name: str) -> Model:
     """A catalog model by name (``llama-3-70b``), or a model file by path."""
     if name.endswith(".toml"):
         return load_model(name)
-    resource = resources.files("memsim.models") / f"{name}.toml"
-    if not resource.is_file():
-        raise ConfigError(f"unknown model {name!r}; catalog models are {', '.join(model_names())}",
-                          field="model")
-    return parse_model(read_toml_text(resource.read_text(encoding="utf-8"),
-                                      file=f"memsim/models/{name}.toml"),
-                       file=f"memsim/models/{name}.toml")
+    data, file = read_catalog_entry("memsim.models", name, kind="model", folder="memsim/models")
+    return parse_model(data, file=file)
