@@ -21,6 +21,16 @@ def _ceil(a: int, b: int) -> int:
     return -(-a // b)
 
 
+def work_units(streams: int, chunks: int, cores: int) -> tuple[int, int, int, int]:
+    """Split each stream into equal runs of chunks until the cores are busy (split-K,
+    flash-decoding); returns splits per stream, chunks per unit, units and waves."""
+    split = min(chunks, cores // streams) if streams < cores else 1
+    per_unit = _ceil(chunks, split)
+    split = _ceil(chunks, per_unit)
+    units = streams * split
+    return split, per_unit, units, _ceil(units, cores)
+
+
 def tile_bits(k0: int, kk: int, nn: int, elem_bits: int, group: int, meta_bits: int,
               padded: bool) -> int:
     """Bits of an nn-column tile covering inputs [k0, k0 + kk): each group is billed to the tile
@@ -125,11 +135,7 @@ def run_step(plan: Plan, state: ReferenceState, step: int) -> dict:
             m, kdim, n = row[k.C_M], row[k.C_K], row[k.C_N]
             tk, tn = row[k.C_TILE_K], row[k.C_TILE_N]
             n_tiles, k_tiles = _ceil(n, tn), _ceil(kdim, tk)
-            split = min(k_tiles, cores // n_tiles) if n_tiles < cores else 1
-            per_unit = _ceil(k_tiles, split)
-            split = _ceil(k_tiles, per_unit)
-            units = n_tiles * split
-            waves = _ceil(units, cores)
+            split, per_unit, units, waves = work_units(n_tiles, k_tiles, cores)
             out_bits = k.PARTIAL_SUM_BITS if split > 1 else act_bits
             index = 0
             for w in range(waves):
@@ -175,11 +181,7 @@ def run_step(plan: Plan, state: ReferenceState, step: int) -> dict:
             block_bits = 8 * block_bytes
             rows = per_kv * new
             streams = row[k.C_BATCH] * heads
-            split = min(blocks, cores // streams) if streams < cores else 1
-            per_unit = _ceil(blocks, split)
-            split = _ceil(blocks, per_unit)
-            units = streams * split
-            waves = _ceil(units, cores)
+            split, per_unit, units, waves = work_units(streams, blocks, cores)
             out_bits = k.PARTIAL_SUM_BITS if split > 1 else act_bits
             for w in range(waves):
                 slowest = 0.0
