@@ -314,6 +314,17 @@ def _work_units(streams, chunks, n_cores):
 
 
 @jit_inline
+def _split_reduction(op, outputs, partial_width, out_width, split, act_bits, results):
+    """Combine split partial results on chip: every split's FP32 partials are read and the
+    outputs written once. Returns the on-chip bits it moved."""
+    read = split * outputs * partial_width * PARTIAL_SUM_BITS
+    written = outputs * out_width * act_bits
+    results[op, R_ACT_READ_BITS] += read
+    results[op, R_ACT_WRITTEN_BITS] += written
+    return read + written
+
+
+@jit_inline
 def _mix(x):
     """splitmix64 finaliser: a deterministic pseudo-random stream from a counter."""
     z = np.uint64(x) + np.uint64(0x9E3779B97F4A7C15)
@@ -366,8 +377,7 @@ def _close_wave(op, wave_bits, unit_compute_s, tier_bandwidth, tier_latency_s, t
 
 @jit
 def _matmul(op, op_int, op_float, n_cores, vector_rate, tier_bandwidth, tier_latency_s,
-            arena, read_bits,
-            written_bits, results, times, wave_bits):
+            arena, read_bits, written_bits, results, times, wave_bits):
     m = op_int[op, C_M]
     k = op_int[op, C_K]
     n = op_int[op, C_N]
@@ -439,11 +449,7 @@ def _matmul(op, op_int, op_float, n_cores, vector_rate, tier_bandwidth, tier_lat
             unit_s = 2.0 * m_charged * unit_elements / core_peak + vector_ops / core_vector
             slowest = max(slowest, unit_s)
         if w == waves - 1 and split > 1:
-            reduce_read = split * m * n * PARTIAL_SUM_BITS
-            reduce_written = m * n * act_bits
-            results[op, R_ACT_READ_BITS] += reduce_read
-            results[op, R_ACT_WRITTEN_BITS] += reduce_written
-            wave_on_chip += reduce_read + reduce_written
+            wave_on_chip += _split_reduction(op, m, n, n, split, act_bits, results)
         wave_bits[home] += wave_home
         wave_bits[0] += wave_on_chip
         _close_wave(op, wave_bits, slowest, tier_bandwidth, tier_latency_s, times)
@@ -453,7 +459,8 @@ def _matmul(op, op_int, op_float, n_cores, vector_rate, tier_bandwidth, tier_lat
 
 @jit
 def _attention(op, op_int, op_float, step, n_cores, vector_rate, tier_bandwidth,
-               tier_latency_s, tier_granularity, arena, read_bits, written_bits, results, times, wave_bits):
+               tier_latency_s, tier_granularity, arena, read_bits, written_bits, results, times,
+               wave_bits):
     batch = op_int[op, C_BATCH]
     kv_heads = op_int[op, C_KV_HEADS]
     q_per_kv = op_int[op, C_Q_PER_KV]
@@ -486,6 +493,8 @@ def _attention(op, op_int, op_float, step, n_cores, vector_rate, tier_bandwidth,
     miss_bits = 0
     for w in range(waves):
         slowest = 0.0
+        wave_on_chip = 0
+        wave_home = 0
         for u in range(w * n_cores, min(units, (w + 1) * n_cores)):
             stream = u // split
             j0 = (u % split) * blocks_per_unit
@@ -499,8 +508,8 @@ def _attention(op, op_int, op_float, step, n_cores, vector_rate, tier_bandwidth,
                     else:
                         misses += 1
                         miss_bits += block_bits
-                        wave_bits[home] += block_bits
-                    wave_bits[0] += block_bits
+                        wave_home += block_bits
+                    wave_on_chip += block_bits
             tok0 = j0 * block
             tok1 = min(tokens, j1 * block)
             visible = 0
@@ -513,16 +522,16 @@ def _attention(op, op_int, op_float, step, n_cores, vector_rate, tier_bandwidth,
             results[op, R_VECTOR_OPS] += np.int64(vector_ops)
             results[op, R_ACT_READ_BITS] += rows * head_dim * act_bits
             results[op, R_ACT_WRITTEN_BITS] += rows * head_dim * out_bits
-            wave_bits[0] += rows * head_dim * (act_bits + out_bits)
+            wave_on_chip += rows * head_dim * (act_bits + out_bits)
             unit_s = (4.0 * head_dim * rows_charged * (tok1 - tok0) / core_peak
                       + vector_ops / core_vector)
             slowest = max(slowest, unit_s)
         if w == waves - 1 and split > 1:
-            reduce_read = streams * split * rows * (head_dim + 2) * PARTIAL_SUM_BITS
-            reduce_written = streams * rows * head_dim * act_bits
-            results[op, R_ACT_READ_BITS] += reduce_read
-            results[op, R_ACT_WRITTEN_BITS] += reduce_written
-            wave_bits[0] += reduce_read + reduce_written
+            # each query row's partial output plus its running max and sum
+            wave_on_chip += _split_reduction(op, streams * rows, head_dim + 2, head_dim, split,
+                                             act_bits, results)
+        wave_bits[home] += wave_home
+        wave_bits[0] += wave_on_chip
         _close_wave(op, wave_bits, slowest, tier_bandwidth, tier_latency_s, times)
     results[op, R_WAVES] += waves
     _record_tiles(op, home, hits, misses, hit_bits, miss_bits, read_bits, written_bits, results)
@@ -549,8 +558,7 @@ def _kv_append(op, op_int, n_cores, tier_bandwidth, tier_latency_s, tier_granula
 
 @jit
 def _vector_op(op, op_int, step, seed, vector_rate, tier_bandwidth, tier_latency_s,
-               arena, read_bits,
-               written_bits, results, times, wave_bits):
+               arena, read_bits, written_bits, results, times, wave_bits):
     """An embedding lookup (one table row per token) or an RMSNorm (one weight vector)."""
     m = op_int[op, C_M]
     k = op_int[op, C_K]

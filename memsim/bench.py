@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import time
 
-import numpy as np
-
 from memsim.device import device
 from memsim.emulate import Residency, run_step
 from memsim.kernels import step as k

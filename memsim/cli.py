@@ -176,19 +176,18 @@ def _parser() -> argparse.ArgumentParser:
         prog="memsim", description="Emulate LLM decode through an accelerator's memory tiers.")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    p = sub.add_parser("devices", help="the device catalog")
-    p.add_argument("--json", action="store_true")
-    p.set_defaults(func=cmd_devices)
-    p = sub.add_parser("models", help="the model catalog")
-    p.add_argument("--json", action="store_true")
-    p.set_defaults(func=cmd_models)
-    p = sub.add_parser("show", help="one device, every figure with its source")
-    p.add_argument("device")
-    p.add_argument("--json", action="store_true")
-    p.set_defaults(func=cmd_show)
-    p = sub.add_parser("formats", help="storage formats and their bits per weight")
-    p.add_argument("--json", action="store_true")
-    p.set_defaults(func=cmd_formats)
+    catalog_commands = (
+        ("devices", cmd_devices, "the device catalog", ()),
+        ("models", cmd_models, "the model catalog", ()),
+        ("show", cmd_show, "one device, every figure with its source", ("device",)),
+        ("formats", cmd_formats, "storage formats and their bits per weight", ()),
+    )
+    for name, func, text, positionals in catalog_commands:
+        p = sub.add_parser(name, help=text)
+        for positional in positionals:
+            p.add_argument(positional)
+        p.add_argument("--json", action="store_true")
+        p.set_defaults(func=func)
 
     p = sub.add_parser("run", help="emulate decode steps of MODEL on DEVICE")
     p.add_argument("device", help="catalog name or a device .toml file")

@@ -9,13 +9,14 @@ norm and the LM head.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
 
 from memsim.device import Device
 from memsim.errors import CapacityError, ConfigError
-from memsim.formats import Format, get_format
+from memsim.formats import Format, bytes_for, get_format
 from memsim.kernels import step as k
 from memsim.model import Model
 from memsim.units import format_quantity
@@ -74,13 +75,18 @@ def kv_row_bits(model: Model, fmt: Format) -> int:
     return fmt.tensor_bits((1, model.head_dim)) - fmt.tensor_meta_bits
 
 
+def kv_block_bytes(row_bits: int, kv_block: int, granularity: int) -> int:
+    """Bytes of one paged-KV block of K (or V) for one head, rounded up to the tier's access."""
+    block_bytes = -(-(kv_block * row_bits) // 8)
+    return -(-block_bytes // granularity) * granularity
+
+
 def kv_cache_bytes(model: Model, workload: Decode, tokens: int, granularity: int) -> int:
     """Bytes of every sequence's paged KV cache for one layer holding ``tokens`` tokens."""
     row_bits = kv_row_bits(model, get_format(workload.kv))
-    block_bytes = -(-(workload.kv_block * row_bits) // 8)
-    block_bytes = -(-block_bytes // granularity) * granularity
     blocks = -(-tokens // workload.kv_block)
-    return workload.batch * model.kv_heads * 2 * blocks * block_bytes
+    return (workload.batch * model.kv_heads * 2 * blocks
+            * kv_block_bytes(row_bits, workload.kv_block, granularity))
 
 
 def _resolve_residency(device: Device, workload: Decode) -> str:
@@ -162,18 +168,17 @@ def make_plan(device: Device, model: Model, workload: Decode) -> Plan:
 
     def matmul(name: str, layer: int, kk: int, n: int) -> None:
         tensor = add_tensor(f"{name}.{layer}" if layer >= 0 else name, "weight", w_home,
-                            -(-wfmt.tensor_bits((n, kk)) // 8))
+                            bytes_for((n, kk), wfmt))
         add_op(name, k.OP_MATMUL, layer, tensor, wfmt, m=m_rows, kk=kk, n=n, peak=weight_peak,
                dequant=weight_dequant)
 
     def norm(name: str, layer: int) -> None:
         tensor = add_tensor(f"{name}.{layer}" if layer >= 0 else name, "weight", w_home,
-                            -(-norm_fmt.tensor_bits((1, model.hidden)) // 8))
+                            bytes_for((1, model.hidden), norm_fmt))
         add_op(name, k.OP_NORM, layer, tensor, norm_fmt, m=m_rows, kk=model.hidden)
 
     h, hd = model.hidden, model.head_dim
-    embed = add_tensor("embedding", "weight", w_home,
-                       -(-wfmt.tensor_bits((model.vocab, h)) // 8))
+    embed = add_tensor("embedding", "weight", w_home, bytes_for((model.vocab, h), wfmt))
     add_op("embed", k.OP_EMBED, -1, embed, wfmt, m=m_rows, kk=h, n=model.vocab)
     for layer in range(model.layers):
         norm("attn_norm", layer)
@@ -251,8 +256,7 @@ def _pin(tensors: list[Tensor], residency: str, on_chip_bytes: int) -> tuple[lis
         pin = tensor.kind == "weight" and tensor.home != 0 and pinned_bytes + tensor.bytes <= free
         if pin:
             pinned_bytes += tensor.bytes
-        out.append(Tensor(tensor.name, tensor.kind, tensor.home, tensor.bytes, pin,
-                          tensor.aliased))
+        out.append(dataclasses.replace(tensor, pinned=pin))
     return out, 8 * pinned_bytes
 
 
@@ -273,11 +277,9 @@ def _max_lru_entries(op_int: np.ndarray, tensors: list[Tensor], capacity_bits: i
             bits = min_k * min_n * row[k.C_ELEM_BITS]
             distinct += -(-kk // tk) * -(-n // tn)
         elif kind == k.OP_ATTENTION:
-            block_bytes = -(-(workload.kv_block * row[k.C_KV_ROW_BITS]) // 8)
-            granularity = tiers[tensor.home].granularity
-            bits = 8 * -(-block_bytes // granularity) * granularity
-            tokens = workload.context + workload.steps * workload.new_tokens
-            distinct += 2 * workload.batch * row[k.C_KV_HEADS] * -(-tokens // workload.kv_block)
+            bits = 8 * kv_block_bytes(row[k.C_KV_ROW_BITS], workload.kv_block,
+                                      tiers[tensor.home].granularity)
+            distinct += 2 * workload.batch * row[k.C_KV_HEADS] * row[k.C_KV_MAX_BLOCKS]
         elif kind == k.OP_EMBED:
             bits = row[k.C_K] * row[k.C_ELEM_BITS]
             distinct += row[k.C_M] * workload.steps

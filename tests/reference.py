@@ -31,6 +31,16 @@ def work_units(streams: int, chunks: int, cores: int) -> tuple[int, int, int, in
     return split, per_unit, units, _ceil(units, cores)
 
 
+def split_reduction(counters: dict, outputs: int, partial_width: int, out_width: int,
+                    split: int, act_bits: int) -> int:
+    """Read every split's FP32 partial results, write the outputs once; the on-chip bits."""
+    read = split * outputs * partial_width * k.PARTIAL_SUM_BITS
+    written = outputs * out_width * act_bits
+    counters["act_read_bits"] += read
+    counters["act_written_bits"] += written
+    return read + written
+
+
 def tile_bits(k0: int, kk: int, nn: int, elem_bits: int, group: int, meta_bits: int,
               padded: bool) -> int:
     """Bits of an nn-column tile covering inputs [k0, k0 + kk): each group is billed to the tile
@@ -164,11 +174,7 @@ def run_step(plan: Plan, state: ReferenceState, step: int) -> dict:
                     slowest = max(slowest, 2.0 * padded_rows(m) * elements / (peak / cores)
                                   + vector_ops / (dev.vector_ops_per_s / cores))
                 if w == waves - 1 and split > 1:
-                    reduce_read = split * m * n * k.PARTIAL_SUM_BITS
-                    reduce_written = m * n * act_bits
-                    counters["act_read_bits"] += reduce_read
-                    counters["act_written_bits"] += reduce_written
-                    wave[0] += reduce_read + reduce_written
+                    wave[0] += split_reduction(counters, m, n, n, split, act_bits)
                 close_wave(slowest)
             counters["waves"] += waves
 
@@ -203,11 +209,8 @@ def run_step(plan: Plan, state: ReferenceState, step: int) -> dict:
                     slowest = max(slowest, 4.0 * hd * padded_rows(rows) * (tok1 - tok0)
                                   / (peak / cores) + vector_ops / (dev.vector_ops_per_s / cores))
                 if w == waves - 1 and split > 1:
-                    reduce_read = streams * split * rows * (hd + 2) * k.PARTIAL_SUM_BITS
-                    reduce_written = streams * rows * hd * act_bits
-                    counters["act_read_bits"] += reduce_read
-                    counters["act_written_bits"] += reduce_written
-                    wave[0] += reduce_read + reduce_written
+                    wave[0] += split_reduction(counters, streams * rows, hd + 2, hd, split,
+                                               act_bits)
                 close_wave(slowest)
             counters["waves"] += waves
 
