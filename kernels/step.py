@@ -12,6 +12,11 @@ core's share of the peak (so a partial last wave costs a full unit's compute tim
 latency of the farthest tier it touches (the first tile of each unit cannot be double buffered).
 Each op also pays the device's launch and synchronisation overhead. Time is split into the column
 of whatever bound it, so an op's ``bound by`` is the largest column.
+
+A tensor may live on two tiers: its units (column tiles of a weight, blocks of a KV cache, rows
+of an embedding) below ``C_SPLIT`` on ``C_HOME``, the rest on ``C_HOME_HI``. Collectives and
+pipeline hand-offs move activations over the chip-to-chip link: their bits and time are counted
+for the one chip the plan describes.
 """
 
 from __future__ import annotations
@@ -26,6 +31,8 @@ OP_NORM = 1
 OP_MATMUL = 2
 OP_ATTENTION = 3
 OP_KV_APPEND = 4
+OP_COLLECTIVE = 5   # all-reduce (2 passes) or all-gather (1 pass) of activations over the link
+OP_SEND = 6         # a pipeline stage hands its activations to the next stage
 
 # Columns of the int64 op table.
 C_KIND = 0
@@ -34,7 +41,7 @@ C_M = 2             # activation rows: batch x new tokens per sequence
 C_K = 3             # contraction length (hidden for embed and norm rows)
 C_N = 4             # output columns (vocab rows of an embedding table)
 C_TENSOR = 5        # tensor id: residency keys and the pinned flag use it
-C_HOME = 6          # home tier index of the weights or KV cache
+C_HOME = 6          # home tier of the tensor's units below C_SPLIT
 C_PINNED = 7        # 1: once loaded on chip, never evicted
 C_ELEM_BITS = 8     # storage format of the weight or KV rows
 C_GROUP = 9
@@ -54,7 +61,13 @@ C_KV_BLOCK = 22
 C_KV_ROW_BITS = 23  # one token's K (or V) of one head, metadata included
 C_ACT_BITS = 24     # activation element bits
 C_KV_MAX_BLOCKS = 25  # KV blocks per sequence at the last emulated step (spaces tile indices)
-N_INT_COLS = 26
+C_HOME_HI = 26      # home tier of the units at and above C_SPLIT
+C_SPLIT = 27        # first unit on C_HOME_HI: column tile, KV block or embedding row
+C_ROWS_HERE = 28    # embedding rows this chip holds (a vocabulary-parallel shard: ids below it)
+C_CHIPS = 29        # chips taking part in a collective
+C_PASSES = 30       # 2: all-reduce (reduce-scatter then all-gather); 1: all-gather
+C_LINK_STEPS = 31   # link hops one pass of the collective waits for, in sequence
+N_INT_COLS = 32
 
 # Columns of the float64 op table.
 F_PEAK = 0          # matrix operations/s the op runs at (whole chip)
@@ -70,7 +83,8 @@ R_VECTOR_OPS = 4
 R_WAVES = 5
 R_ACT_READ_BITS = 6
 R_ACT_WRITTEN_BITS = 7
-N_RESULT_COLS = 8
+R_LINK_BITS = 8     # bits this chip sent over the chip-to-chip link
+N_RESULT_COLS = 9
 
 # The residency state lives in one int64 "arena" of rows of eight columns, so that the per-tile
 # helpers take a single array (every array argument of a call costs reference counting):
@@ -345,15 +359,20 @@ def _fetch(tensor, t, bits, home, pinned, a):
 
 
 @jit_inline
-def _record_tiles(op, home, hits, misses, hit_bits, miss_bits, read_bits, written_bits, results):
-    """Store an op's tile traffic: everything is read on chip, misses come from home and fill."""
+def _record_tiles(op, hits, misses, hit_bits, miss_bits, read_bits, written_bits, results):
+    """Store an op's tile counts: everything is read on chip, and every miss fills it."""
     results[op, R_HITS] += hits
     results[op, R_MISSES] += misses
     results[op, R_HIT_BITS] += hit_bits
     read_bits[op, 0] += hit_bits + miss_bits
-    if miss_bits > 0:
-        read_bits[op, home] += miss_bits
-        written_bits[op, 0] += miss_bits
+    written_bits[op, 0] += miss_bits
+
+
+@jit_inline
+def _charge_misses(op, wave_bits, read_bits):
+    """A wave's off-chip bits are its misses: charge them to the tiers they came from."""
+    for t in range(1, wave_bits.shape[0]):
+        read_bits[op, t] += wave_bits[t]
 
 
 @jit
@@ -361,7 +380,7 @@ def _close_wave(op, wave_bits, unit_compute_s, tier_bandwidth, tier_latency_s, t
     """Charge one wave's time to the column of what bound it, plus its exposed latency."""
     n_tiers = tier_bandwidth.shape[0]
     best = unit_compute_s
-    best_col = n_tiers
+    best_col = n_tiers + 1
     farthest = 0
     for t in range(n_tiers):
         if wave_bits[t] > 0:
@@ -372,7 +391,7 @@ def _close_wave(op, wave_bits, unit_compute_s, tier_bandwidth, tier_latency_s, t
                 best_col = t
         wave_bits[t] = 0
     times[op, best_col] += best
-    times[op, n_tiers + 1] += tier_latency_s[farthest]
+    times[op, n_tiers + 2] += tier_latency_s[farthest]
 
 
 @jit
@@ -384,7 +403,9 @@ def _matmul(op, op_int, op_float, n_cores, vector_rate, tier_bandwidth, tier_lat
     tk = op_int[op, C_TILE_K]
     tn = op_int[op, C_TILE_N]
     tensor = op_int[op, C_TENSOR]
-    home = op_int[op, C_HOME]
+    home_lo = op_int[op, C_HOME]
+    home_hi = op_int[op, C_HOME_HI]
+    split_at = op_int[op, C_SPLIT]
     pinned = op_int[op, C_PINNED]
     elem_bits = op_int[op, C_ELEM_BITS]
     group = op_int[op, C_GROUP]
@@ -412,12 +433,12 @@ def _matmul(op, op_int, op_float, n_cores, vector_rate, tier_bandwidth, tier_lat
     for w in range(waves):
         slowest = 0.0
         wave_on_chip = 0
-        wave_home = 0
         for u in range(w * n_cores, min(units, (w + 1) * n_cores)):
             nt = u // split
             kt0 = (u % split) * k_tiles_per_unit
             kt1 = min(k_tiles, kt0 + k_tiles_per_unit)
             nn = min(tn, n - nt * tn)
+            home = home_lo if nt < split_at else home_hi
             unit_elements = 0
             for kt in range(kt0, kt1):
                 k0 = kt * tk
@@ -434,7 +455,7 @@ def _matmul(op, op_int, op_float, n_cores, vector_rate, tier_bandwidth, tier_lat
                 else:
                     misses += 1
                     miss_bits += bits
-                    wave_home += bits
+                    wave_bits[home] += bits
                 wave_on_chip += bits
                 t += 1
                 unit_elements += kk * nn
@@ -450,11 +471,11 @@ def _matmul(op, op_int, op_float, n_cores, vector_rate, tier_bandwidth, tier_lat
             slowest = max(slowest, unit_s)
         if w == waves - 1 and split > 1:
             wave_on_chip += _split_reduction(op, m, n, n, split, act_bits, results)
-        wave_bits[home] += wave_home
         wave_bits[0] += wave_on_chip
+        _charge_misses(op, wave_bits, read_bits)
         _close_wave(op, wave_bits, slowest, tier_bandwidth, tier_latency_s, times)
     results[op, R_WAVES] += waves
-    _record_tiles(op, home, hits, misses, hit_bits, miss_bits, read_bits, written_bits, results)
+    _record_tiles(op, hits, misses, hit_bits, miss_bits, read_bits, written_bits, results)
 
 
 @jit
@@ -469,13 +490,16 @@ def _attention(op, op_int, op_float, step, n_cores, vector_rate, tier_bandwidth,
     block = op_int[op, C_KV_BLOCK]
     max_blocks = op_int[op, C_KV_MAX_BLOCKS]
     tensor = op_int[op, C_TENSOR]
-    home = op_int[op, C_HOME]
+    home_lo = op_int[op, C_HOME]
+    home_hi = op_int[op, C_HOME_HI]
+    split_at = op_int[op, C_SPLIT]
     pinned = op_int[op, C_PINNED]
     act_bits = op_int[op, C_ACT_BITS]
     tokens = op_int[op, C_CONTEXT] + (step + 1) * new_tokens
     blocks = (tokens + block - 1) // block
-    block_bits = 8 * _round_up((block * op_int[op, C_KV_ROW_BITS] + 7) // 8,
-                               tier_granularity[home])
+    block_bytes = (block * op_int[op, C_KV_ROW_BITS] + 7) // 8
+    bits_lo = 8 * _round_up(block_bytes, tier_granularity[home_lo])
+    bits_hi = 8 * _round_up(block_bytes, tier_granularity[home_hi])
     rows = q_per_kv * new_tokens
     rows_charged = _padded_rows(rows, op_int[op, C_M_GRAIN])
     core_peak = op_float[op, F_PEAK] / n_cores
@@ -494,12 +518,13 @@ def _attention(op, op_int, op_float, step, n_cores, vector_rate, tier_bandwidth,
     for w in range(waves):
         slowest = 0.0
         wave_on_chip = 0
-        wave_home = 0
         for u in range(w * n_cores, min(units, (w + 1) * n_cores)):
             stream = u // split
             j0 = (u % split) * blocks_per_unit
             j1 = min(blocks, j0 + blocks_per_unit)
             for j in range(j0, j1):
+                home = home_lo if j < split_at else home_hi
+                block_bits = bits_lo if j < split_at else bits_hi
                 for kv in range(2):
                     t = (stream * max_blocks + j) * 2 + kv
                     if _fetch(tensor, t, block_bits, home, pinned, arena):
@@ -508,7 +533,7 @@ def _attention(op, op_int, op_float, step, n_cores, vector_rate, tier_bandwidth,
                     else:
                         misses += 1
                         miss_bits += block_bits
-                        wave_home += block_bits
+                        wave_bits[home] += block_bits
                     wave_on_chip += block_bits
             tok0 = j0 * block
             tok1 = min(tokens, j1 * block)
@@ -530,20 +555,21 @@ def _attention(op, op_int, op_float, step, n_cores, vector_rate, tier_bandwidth,
             # each query row's partial output plus its running max and sum
             wave_on_chip += _split_reduction(op, streams * rows, head_dim + 2, head_dim, split,
                                              act_bits, results)
-        wave_bits[home] += wave_home
         wave_bits[0] += wave_on_chip
+        _charge_misses(op, wave_bits, read_bits)
         _close_wave(op, wave_bits, slowest, tier_bandwidth, tier_latency_s, times)
     results[op, R_WAVES] += waves
-    _record_tiles(op, home, hits, misses, hit_bits, miss_bits, read_bits, written_bits, results)
+    _record_tiles(op, hits, misses, hit_bits, miss_bits, read_bits, written_bits, results)
 
 
 @jit
-def _kv_append(op, op_int, n_cores, tier_bandwidth, tier_latency_s, tier_granularity,
+def _kv_append(op, op_int, step, n_cores, tier_bandwidth, tier_latency_s, tier_granularity,
                written_bits, results, times, wave_bits):
-    """Write each sequence's new K and V rows of every KV head to the cache's home tier."""
+    """Write each sequence's new K and V rows of every KV head to the tier of their block."""
     streams = op_int[op, C_BATCH] * op_int[op, C_KV_HEADS]
     new_tokens = op_int[op, C_NEW_TOKENS]
-    home = op_int[op, C_HOME]
+    block = (op_int[op, C_CONTEXT] + step * new_tokens) // op_int[op, C_KV_BLOCK]
+    home = op_int[op, C_HOME] if block < op_int[op, C_SPLIT] else op_int[op, C_HOME_HI]
     write_bits = 8 * _round_up((new_tokens * op_int[op, C_KV_ROW_BITS] + 7) // 8,
                                tier_granularity[home])
     total = streams * 2 * write_bits
@@ -563,7 +589,7 @@ def _vector_op(op, op_int, step, seed, vector_rate, tier_bandwidth, tier_latency
     m = op_int[op, C_M]
     k = op_int[op, C_K]
     tensor = op_int[op, C_TENSOR]
-    home = op_int[op, C_HOME]
+    split_at = op_int[op, C_SPLIT]
     pinned = op_int[op, C_PINNED]
     act_bits = op_int[op, C_ACT_BITS]
     row_bits = _tile_bits(0, k, 1, op_int[op, C_ELEM_BITS], op_int[op, C_GROUP],
@@ -581,15 +607,21 @@ def _vector_op(op, op_int, step, seed, vector_rate, tier_bandwidth, tier_latency
         tokens.sort()
         n_rows = m
         vector_ops = 0
+        rows_here = op_int[op, C_ROWS_HERE]
     else:
         tokens = np.zeros(1, dtype=np.int64)
         n_rows = 1
+        rows_here = 1
         row_bits += op_int[op, C_TENSOR_META_BITS]
         vector_ops = NORM_OPS * m * k
         results[op, R_ACT_READ_BITS] += m * k * act_bits
         wave_bits[0] += m * k * act_bits
     for r in range(n_rows):
-        if _fetch(tensor, tokens[r], row_bits, home, pinned, arena):
+        row = tokens[r]
+        if row >= rows_here:
+            continue
+        home = op_int[op, C_HOME] if row < split_at else op_int[op, C_HOME_HI]
+        if _fetch(tensor, row, row_bits, home, pinned, arena):
             hits += 1
             hit_bits += row_bits
         else:
@@ -601,18 +633,62 @@ def _vector_op(op, op_int, step, seed, vector_rate, tier_bandwidth, tier_latency
     results[op, R_ACT_WRITTEN_BITS] += m * k * act_bits
     wave_bits[0] += m * k * act_bits
     results[op, R_WAVES] += 1
+    _charge_misses(op, wave_bits, read_bits)
     _close_wave(op, wave_bits, vector_ops / vector_rate, tier_bandwidth, tier_latency_s, times)
-    _record_tiles(op, home, hits, misses, hit_bits, miss_bits, read_bits, written_bits, results)
+    _record_tiles(op, hits, misses, hit_bits, miss_bits, read_bits, written_bits, results)
+
+
+@jit
+def _collective(op, op_int, vector_rate, link_bandwidth, link_latency_s, n_tiers, results,
+                times):
+    """A bandwidth-optimal collective of one ``m x k`` activation buffer over ``C_CHIPS`` chips.
+
+    The buffer is cut into one chunk per chip; each pass (reduce-scatter, all-gather) sends
+    ``chips - 1`` chunks from every chip, so an all-reduce sends ``2 (chips - 1) / chips`` of the
+    buffer per chip. A pass waits for ``C_LINK_STEPS`` link latencies in sequence (the topology's
+    hops); a reduce-scatter adds ``chips - 1`` chunks on the vector units, overlapped with the
+    transfer.
+    """
+    chips = op_int[op, C_CHIPS]
+    passes = op_int[op, C_PASSES]
+    act_bits = op_int[op, C_ACT_BITS]
+    chunk = (op_int[op, C_M] * op_int[op, C_K] + chips - 1) // chips
+    sent = passes * (chips - 1) * chunk * act_bits
+    adds = (chips - 1) * chunk if passes == 2 else 0
+    results[op, R_LINK_BITS] += sent
+    results[op, R_ACT_READ_BITS] += sent
+    results[op, R_ACT_WRITTEN_BITS] += sent
+    results[op, R_VECTOR_OPS] += adds
+    results[op, R_WAVES] += passes * op_int[op, C_LINK_STEPS]
+    link_s = sent / 8.0 / link_bandwidth
+    add_s = adds / vector_rate
+    if link_s >= add_s:
+        times[op, n_tiers] += link_s
+    else:
+        times[op, n_tiers + 1] += add_s
+    times[op, n_tiers + 2] += passes * op_int[op, C_LINK_STEPS] * link_latency_s
+
+
+@jit
+def _send(op, op_int, link_bandwidth, link_latency_s, n_tiers, results, times):
+    """One pipeline hand-off: ``m x k`` activations to the next stage over one link hop."""
+    sent = op_int[op, C_M] * op_int[op, C_K] * op_int[op, C_ACT_BITS]
+    results[op, R_LINK_BITS] += sent
+    results[op, R_ACT_READ_BITS] += sent
+    results[op, R_WAVES] += 1
+    times[op, n_tiers] += sent / 8.0 / link_bandwidth
+    times[op, n_tiers + 2] += link_latency_s
 
 
 @jit
 def walk_step(op_int, op_float, step, seed, n_cores, vector_rate, launch_s, tier_bandwidth,
-              tier_latency_s, tier_granularity, arena, read_bits, written_bits, results, times):
+              tier_latency_s, tier_granularity, link_bandwidth, link_latency_s, arena, read_bits,
+              written_bits, results, times):
     """Emulate decode step ``step`` (0-based) of the plan's ops, accumulating into the outputs.
 
     ``read_bits``/``written_bits`` are ``[op, tier]``; ``results`` is ``[op, R_*]``; ``times`` is
-    ``[op, tier... , compute, latency, launch]`` in seconds. The residency state (``arena``, see
-    :func:`new_arena`) carries over from one call to the next.
+    ``[op, tier..., link, compute, latency, launch]`` in seconds. The residency state (``arena``,
+    see :func:`new_arena`) carries over from one call to the next.
     """
     n_tiers = tier_bandwidth.shape[0]
     wave_bits = np.zeros(n_tiers, dtype=np.int64)
@@ -626,12 +702,17 @@ def walk_step(op_int, op_float, step, seed, n_cores, vector_rate, launch_s, tier
                        tier_latency_s, tier_granularity, arena, read_bits, written_bits, results,
                        times, wave_bits)
         elif kind == OP_KV_APPEND:
-            _kv_append(op, op_int, n_cores, tier_bandwidth, tier_latency_s, tier_granularity,
-                       written_bits, results, times, wave_bits)
+            _kv_append(op, op_int, step, n_cores, tier_bandwidth, tier_latency_s,
+                       tier_granularity, written_bits, results, times, wave_bits)
+        elif kind == OP_COLLECTIVE:
+            _collective(op, op_int, vector_rate, link_bandwidth, link_latency_s, n_tiers,
+                        results, times)
+        elif kind == OP_SEND:
+            _send(op, op_int, link_bandwidth, link_latency_s, n_tiers, results, times)
         else:
             _vector_op(op, op_int, step, seed, vector_rate, tier_bandwidth, tier_latency_s,
                        arena, read_bits, written_bits, results, times, wave_bits)
-        times[op, n_tiers + 2] += launch_s
+        times[op, n_tiers + 3] += launch_s
     for row in range(1, 1 + arena[0, S_TENSORS]):
         arena[row, T_PINNED_LOADED] = arena[row, T_LOADED_NOW]
 

@@ -10,8 +10,8 @@ from memsim.device import Device, device as catalog_device
 from memsim.errors import ConfigError
 from memsim.kernels import step as k
 from memsim.model import Model, model as catalog_model
-from memsim.plan import Plan, make_plan
-from memsim.report import Report, StepCounts, summarize
+from memsim.plan import Plan, SystemPlan, plan_system
+from memsim.report import ChipHoldings, Report, StepCounts, summarize
 from memsim.workload import Decode
 
 
@@ -39,13 +39,25 @@ def run_step(plan: Plan, residency: Residency, step: int) -> StepCounts:
         read_bits=np.zeros((n_ops, n_tiers), dtype=np.int64),
         written_bits=np.zeros((n_ops, n_tiers), dtype=np.int64),
         results=np.zeros((n_ops, k.N_RESULT_COLS), dtype=np.int64),
-        times=np.zeros((n_ops, n_tiers + 3), dtype=np.float64),
+        times=np.zeros((n_ops, n_tiers + 4), dtype=np.float64),
     )
     dev = plan.device
     k.walk_step(plan.op_int, plan.op_float, step, plan.workload.seed, dev.cores,
                 dev.vector_ops_per_s, dev.op_launch_s, plan.tier_bandwidth, plan.tier_latency_s,
-                plan.tier_granularity, residency.arena, counts.read_bits, counts.written_bits, counts.results, counts.times)
+                plan.tier_granularity, plan.link_bandwidth, plan.link_latency_s, residency.arena,
+                counts.read_bits, counts.written_bits, counts.results, counts.times)
     return counts
+
+
+def _concatenate(parts: list[StepCounts]) -> StepCounts:
+    """One step of every stage, ops in stage order."""
+    return StepCounts(
+        step=parts[0].step,
+        read_bits=np.concatenate([p.read_bits for p in parts]),
+        written_bits=np.concatenate([p.written_bits for p in parts]),
+        results=np.concatenate([p.results for p in parts]),
+        times=np.concatenate([p.times for p in parts]),
+    )
 
 
 def _resolve(device: Device | str, model: Model | str) -> tuple[Device, Model]:
@@ -67,30 +79,52 @@ def emulate(device: Device | str, model: Model | str, workload: Decode | None = 
     Parameters
     ----------
     device, model : catalog names or loaded objects.
-    workload : a :class:`Decode`; keyword ``fields`` build one (``batch=8, context=8192``).
+    workload : a :class:`Decode`; keyword ``fields`` build one (``batch=8, context=8192``,
+        ``tp=8``, ``placement={"kv": "cxl"}``).
     """
     if workload is None:
         workload = Decode(**fields)
     elif fields:
         raise ConfigError("give either a Decode workload or its fields, not both", field="workload")
     dev, mod = _resolve(device, model)
-    plan = make_plan(dev, mod, workload)
-    residency = Residency(plan)
-    tier_names = plan.tier_names
-    energy = tuple(float(e) for e in plan.tier_energy_j_per_byte)
+    return run_system(plan_system(dev, mod, workload))
+
+
+def run_system(system: SystemPlan) -> Report:
+    """Walk every stage of a system plan, step after step, each with its own on-chip tier."""
+    dev, workload = system.device, system.workload
+    stages = system.stages
+    residencies = [Residency(plan) for plan in stages]
+    tier_names = stages[0].tier_names
+    energy = tuple(float(e) for e in stages[0].tier_energy_j_per_byte)
+    link_energy = dev.link.energy_j_per_byte if dev.link else 0.0
+    op_stage = np.concatenate([np.full(p.n_ops, p.stage, dtype=np.int64) for p in stages])
+    op_micro = np.concatenate([p.op_microbatch for p in stages])
+    op_int = np.concatenate([p.op_int for p in stages])
+    weight_ops = np.isin(op_int[:, k.C_KIND], (k.OP_EMBED, k.OP_NORM, k.OP_MATMUL))
     summaries = []
     cold = warm = None
     for step in range(workload.steps):
-        counts = run_step(plan, residency, step)
-        summaries.append(summarize(counts, tier_names, energy, dev.energy_j_per_flop))
+        counts = _concatenate([run_step(plan, res, step)
+                               for plan, res in zip(stages, residencies)])
+        summaries.append(summarize(counts, tier_names, energy, dev.energy_j_per_flop,
+                                   op_stage=op_stage, op_micro=op_micro, weight_ops=weight_ops,
+                                   tp=workload.tp, link_energy_j_per_byte=link_energy))
         if step == 0:
             cold = counts
         warm = counts
+    holdings = tuple(ChipHoldings(stage=p.stage, layers=p.layers,
+                                  weights=p.bytes_by_tier("weight"), kv=p.bytes_by_tier("kv"),
+                                  spilled=p.spilled) for p in stages)
     return Report(
-        device=dev.name, model=mod.name, workload=workload.to_dict(), tier_names=tier_names,
-        clock_hz=dev.clock_hz, tokens_per_step=workload.batch * workload.new_tokens,
-        new_tokens=workload.new_tokens, op_names=plan.op_names,
-        op_layers=tuple(int(x) for x in plan.op_int[:, k.C_LAYER]),
+        device=dev.name, model=system.model.name, workload=workload.to_dict(),
+        tier_names=tier_names, clock_hz=dev.clock_hz,
+        tokens_per_step=workload.batch * workload.new_tokens, new_tokens=workload.new_tokens,
+        op_names=sum((p.op_names for p in stages), ()),
+        op_layers=tuple(int(x) for x in op_int[:, k.C_LAYER]),
+        op_stages=tuple(int(x) for x in op_stage), op_microbatches=tuple(int(x) for x in op_micro),
         energy_j_per_byte=energy, energy_j_per_flop=dev.energy_j_per_flop,
         steps=tuple(summaries), cold_counts=cold, warm_counts=warm,
+        policy=system.policy, tp=workload.tp, pp=len(stages), microbatches=workload.microbatches,
+        holdings=holdings,
     )

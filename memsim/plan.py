@@ -1,15 +1,24 @@
 """Lowering (device, model, workload) into the flat tables the kernels walk.
 
-The plan places every tensor on a tier (the device's layout), checks capacity, decides which
-tensors the on-chip tier pins, and writes one row per op of one decode step: per layer the input
-RMSNorm, the fused QKV projection, the KV append, attention over the cache, the output projection,
-the FFN RMSNorm, gate, up and down; before the layers the embedding lookup, after them the final
-norm and the LM head.
+The plan places every tensor on a tier (the policy's homes, then the placement rules, then, under
+the tiered policy, whole layers spilled to the slower tier until the rest fits), shards it over
+the tensor-parallel chips, cuts the layers into pipeline stages that hold equal bytes, checks
+capacity, decides which tensors the on-chip tier pins, and writes, per stage, one row per op of
+one decode step: the embedding lookup; per layer the input RMSNorm, the fused QKV projection, the
+KV append, attention over the cache, the output projection, the FFN RMSNorm, gate, up and down;
+the final norm and the LM head; with tensor parallelism the all-reduces after the output and down
+projections and the embedding, and the all-gather of the logits; with pipeline stages the
+hand-off of activations to the next stage and of the sampled tokens back to the first. A stage's
+ops repeat for each microbatch, with the microbatch's own KV cache.
+
+Each stage's plan describes one chip: the chips of a tensor-parallel group do the same work on
+their own shards.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -18,47 +27,76 @@ from memsim.device import Device
 from memsim.errors import CapacityError, ConfigError
 from memsim.formats import Format, bytes_for, get_format
 from memsim.kernels import step as k
+from memsim.layout import (PlacementRule, Shard, balanced_stages, collective_steps,
+                           default_homes, parse_placement, policies, shard, spill_tier)
 from memsim.model import Model
 from memsim.units import format_quantity
 from memsim.workload import Decode
 
+TOKEN_ID_BITS = 32      # a sampled token id sent back to the first pipeline stage
+
 
 @dataclass(frozen=True)
 class Tensor:
-    """A weight tensor or one layer's KV cache, where it lives and what it costs to store."""
+    """A weight tensor or one layer's KV cache on one chip: where it lives, what it costs.
+
+    Its units (column tiles, KV blocks or embedding rows) below ``split`` live on ``home``, the
+    others on ``home_hi``; ``tier_bytes`` is what each of those tiers stores of it.
+    """
 
     name: str
     kind: str          # "weight" or "kv"
-    home: int          # tier index
-    bytes: int
-    pinned: bool
+    role: str          # "qkv", "kv", "embedding", ... (see memsim.layout)
+    layer: int         # -1 for the embedding, final norm and LM head
+    home: int
+    home_hi: int
+    split: int
+    tier_bytes: tuple[tuple[int, int], ...]
+    pinned: bool = False
     aliased: bool = False    # its storage is another tensor's (a tied LM head)
+
+    @property
+    def bytes(self) -> int:
+        """Bytes stored, over every tier."""
+        return sum(b for _, b in self.tier_bytes)
+
+    def bytes_on(self, tier: int) -> int:
+        """Bytes stored on tier ``tier``."""
+        return sum(b for t, b in self.tier_bytes if t == tier)
 
 
 @dataclass(frozen=True)
 class Plan:
-    """The kernels' input: a tier table, an op table and the residency set-up."""
+    """One pipeline stage on one chip: the kernels' input tables and the residency set-up."""
 
     device: Device
     model: Model
     workload: Decode
+    policy: str
+    stage: int
+    stages: int
+    layers: tuple[int, ...]           # the model layers this stage runs
     tier_names: tuple[str, ...]
     tier_capacity: np.ndarray
     tier_bandwidth: np.ndarray        # sustained, bytes/s
     tier_latency_s: np.ndarray
     tier_granularity: np.ndarray
     tier_energy_j_per_byte: np.ndarray
+    link_bandwidth: float             # bytes/s per direction (inf when there is no link)
+    link_latency_s: float
     op_int: np.ndarray                # [op, k.C_*]
     op_float: np.ndarray              # [op, k.F_*]
     op_names: tuple[str, ...]
+    op_microbatch: np.ndarray         # [op]: the microbatch an op works for
     tensors: tuple[Tensor, ...]
     residency: str                    # "lru" or "pinned", resolved
     lru_capacity_bits: int
     max_lru_entries: int              # tiles the on-chip LRU can hold at once, at most
+    spilled: tuple[str, ...] = ()     # what the tiered policy moved to the spill tier, as text
 
     @property
     def n_ops(self) -> int:
-        """Ops in one decode step."""
+        """Ops in one decode step of this stage."""
         return self.op_int.shape[0]
 
     def bytes_by_tier(self, kind: str) -> dict[str, int]:
@@ -66,8 +104,34 @@ class Plan:
         held = dict.fromkeys(self.tier_names, 0)
         for tensor in self.tensors:
             if tensor.kind == kind and not tensor.aliased:
-                held[self.tier_names[tensor.home]] += tensor.bytes
+                for tier, nbytes in tensor.tier_bytes:
+                    held[self.tier_names[tier]] += nbytes
         return held
+
+
+@dataclass(frozen=True)
+class SystemPlan:
+    """Every pipeline stage's plan; each runs on ``workload.tp`` identical chips."""
+
+    device: Device
+    model: Model
+    workload: Decode
+    policy: str
+    shard: Shard
+    stages: tuple[Plan, ...]
+
+    @property
+    def chips(self) -> int:
+        """Chips in the system."""
+        return self.workload.tp * len(self.stages)
+
+    def bytes_by_tier(self, kind: str) -> dict[str, int]:
+        """Bytes of ``kind`` each tier holds over the whole system."""
+        total = dict.fromkeys(self.stages[0].tier_names, 0)
+        for plan in self.stages:
+            for tier, nbytes in plan.bytes_by_tier(kind).items():
+                total[tier] += nbytes * self.workload.tp
+        return total
 
 
 def kv_row_bits(model: Model, fmt: Format) -> int:
@@ -81,18 +145,15 @@ def kv_block_bytes(row_bits: int, kv_block: int, granularity: int) -> int:
     return -(-block_bytes // granularity) * granularity
 
 
-def kv_cache_bytes(model: Model, workload: Decode, tokens: int, granularity: int) -> int:
-    """Bytes of every sequence's paged KV cache for one layer holding ``tokens`` tokens."""
+def kv_cache_bytes(model: Model, workload: Decode, tokens: int, granularity: int,
+                   kv_heads: int | None = None, sequences: int | None = None) -> int:
+    """Bytes of a paged KV cache for one layer holding ``tokens`` tokens per sequence (every
+    KV head and sequence of the workload unless given)."""
     row_bits = kv_row_bits(model, get_format(workload.kv))
     blocks = -(-tokens // workload.kv_block)
-    return (workload.batch * model.kv_heads * 2 * blocks
-            * kv_block_bytes(row_bits, workload.kv_block, granularity))
-
-
-def _resolve_residency(device: Device, workload: Decode) -> str:
-    if workload.residency != "auto":
-        return workload.residency
-    return "pinned" if device.layout.policy in ("hybrid", "sram-resident") else "lru"
+    heads = model.kv_heads if kv_heads is None else kv_heads
+    seqs = workload.batch if sequences is None else sequences
+    return seqs * heads * 2 * blocks * kv_block_bytes(row_bits, workload.kv_block, granularity)
 
 
 def _matmul_compute(device: Device, fmt: Format, act: Format) -> tuple[float, float]:
@@ -103,42 +164,249 @@ def _matmul_compute(device: Device, fmt: Format, act: Format) -> tuple[float, fl
     return device.peak(act.compute) or device.matrix_peak, float(max(fmt.dequant_ops, 1))
 
 
-def make_plan(device: Device, model: Model, workload: Decode) -> Plan:
-    """Lower one decode step; raises CapacityError when the tensors do not fit their tiers."""
+# Tensors of one chip ----------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class _Spec:
+    """A tensor of one chip before placement: its shape and how it is cut into units."""
+
+    name: str
+    kind: str
+    role: str
+    layer: int
+    fmt: Format
+    rows: int           # output columns of a weight (N), embedding rows, or KV blocks
+    k: int              # contraction length (weights), row bits (KV)
+    units: int          # placement units: column tiles, embedding rows, KV blocks, 1 (norm)
+    sequences: int = 0  # KV: sequences x KV heads of this chip
+
+
+class _Placer:
+    """Gives each tensor spec its tiers: the policy's home, then the last matching rule."""
+
+    def __init__(self, device: Device, model: Model, workload: Decode, policy: str,
+                 rules: tuple[PlacementRule, ...], tile_n: int) -> None:
+        self.device = device
+        self.model = model
+        self.workload = workload
+        self.rules = rules
+        self.tile_n = tile_n
+        weights, kv = default_homes(device, policy)
+        self.homes = {"weight": device.tier_index(weights), "kv": device.tier_index(kv)}
+
+    def place(self, spec: _Spec, home: int | None = None) -> Tensor:
+        default = self.homes[spec.kind] if home is None else home
+        lo = hi = default
+        split = 0
+        if home is None:
+            for rule in self.rules:
+                if rule.matches(spec.role, spec.layer, self.model.layers):
+                    lo, hi, split = self._apply(spec, rule, default)
+        return Tensor(spec.name, spec.kind, spec.role, spec.layer, lo, hi, split,
+                      self._tier_bytes(spec, lo, hi, split))
+
+    def _apply(self, spec: _Spec, rule: PlacementRule, default: int) -> tuple[int, int, int]:
+        target = self.device.tier_index(rule.tier)
+        far = math.ceil(rule.fraction * spec.units - 1e-9)
+        if far >= spec.units or target == default:
+            return target, target, 0
+        if spec.kind == "kv":            # the oldest blocks go far, recent ones stay
+            return target, default, far
+        return default, target, spec.units - far
+
+    def _tier_bytes(self, spec: _Spec, lo: int, hi: int, split: int) -> tuple[tuple[int, int], ...]:
+        tiers = self.device.tiers
+        if spec.kind == "kv":
+            def kv_bytes(blocks: int, tier: int) -> int:
+                return spec.sequences * 2 * blocks * kv_block_bytes(
+                    spec.k, self.workload.kv_block, tiers[tier].granularity)
+            near = min(split, spec.rows)
+            parts = [(lo, kv_bytes(near, lo)), (hi, kv_bytes(spec.rows - near, hi))]
+        else:
+            cols = spec.rows
+            if spec.role not in ("embedding", "attn_norm", "ffn_norm", "final_norm"):
+                cols = min(spec.rows, split * self.tile_n)
+            else:
+                cols = min(spec.rows, split)
+            total = spec.fmt.tensor_bits((spec.rows, spec.k))
+            lo_bits = spec.fmt.tensor_bits((cols, spec.k)) if cols else 0
+            parts = [(lo, -(-lo_bits // 8)), (hi, -(-(total - lo_bits) // 8))]
+        merged: dict[int, int] = {}
+        for tier, nbytes in parts:
+            if nbytes:
+                merged[tier] = merged.get(tier, 0) + nbytes
+        return tuple(sorted(merged.items())) or ((lo, 0),)
+
+
+def _item_specs(model: Model, workload: Decode, sh: Shard, tile_n: int, final_tokens: int,
+                sequences: int) -> list[list[_Spec]]:
+    """The tensors of one chip, grouped into pipeline items: the embedding, each layer, the
+    head (final norm and LM head). KV specs cover ``sequences`` sequences."""
+    wfmt = get_format(workload.weights)
+    act = get_format(workload.activations)
+    h, hd = model.hidden, model.head_dim
+    row_bits = kv_row_bits(model, get_format(workload.kv))
+    blocks = -(-final_tokens // workload.kv_block)
+
+    def weight(role: str, layer: int, n: int, kk: int) -> _Spec:
+        name = f"{role}.{layer}" if layer >= 0 else role
+        return _Spec(name, "weight", role, layer, wfmt, n, kk, -(-n // tile_n))
+
+    def norm(role: str, layer: int) -> _Spec:
+        name = f"{role}.{layer}" if layer >= 0 else role
+        return _Spec(name, "weight", role, layer, act, 1, h, 1)
+
+    items = [[_Spec("embedding", "weight", "embedding", -1, wfmt, sh.vocab_rows, h,
+                    sh.vocab_rows)]]
+    for layer in range(model.layers):
+        items.append([
+            norm("attn_norm", layer),
+            weight("qkv", layer, (sh.heads + 2 * sh.kv_heads) * hd, h),
+            _Spec(f"kv.{layer}", "kv", "kv", layer, get_format(workload.kv), blocks, row_bits,
+                  blocks, sequences * sh.kv_heads),
+            weight("o_proj", layer, h, sh.heads * hd),
+            norm("ffn_norm", layer),
+            weight("gate", layer, sh.ffn, h),
+            weight("up", layer, sh.ffn, h),
+            weight("down", layer, h, sh.ffn),
+        ])
+    items.append([norm("final_norm", -1), weight("lm_head", -1, sh.vocab_rows, h)])
+    return items
+
+
+# The system plan ----------------------------------------------------------------------------
+
+def make_plan(device: Device, model: Model, workload: Decode, stage: int = 0) -> Plan:
+    """The plan of one pipeline stage (one chip of its tensor-parallel group)."""
+    return plan_system(device, model, workload).stages[stage]
+
+
+def plan_system(device: Device, model: Model, workload: Decode) -> SystemPlan:
+    """Place, shard and lower one decode step; raises CapacityError when it does not fit.
+
+    The ``auto`` policy takes the device's own; when that does not fit and the device has a
+    slower tier to spill to, it takes ``tiered``.
+    """
+    if model.is_moe:
+        raise ConfigError("mixture-of-experts models are not emulated yet (routing comes with the "
+                          "MoE issue); choose a dense model", field="model")
+    if workload.policy != "auto":
+        return _plan_policy(device, model, workload, workload.policy)
+    try:
+        return _plan_policy(device, model, workload, device.layout.policy)
+    except CapacityError:
+        if "tiered" not in policies(device):
+            raise
+        return _plan_policy(device, model, workload, "tiered")
+
+
+def _check_chips(device: Device, workload: Decode) -> None:
+    if workload.chips == 1:
+        return
+    if device.link is None:
+        raise ConfigError(f"{device.name} has no chip-to-chip link in its device file, so it "
+                          f"runs on one chip; got tp={workload.tp}, pp={workload.pp}",
+                          file=device.file, field="tp")
+    if workload.chips > device.link.max_chips:
+        raise ConfigError(f"tp x pp = {workload.chips} chips exceeds the {device.link.max_chips} "
+                          f"chips one {device.name} link domain connects (link.max_chips)",
+                          file=device.file, field="tp")
+
+
+def _plan_policy(device: Device, model: Model, workload: Decode, policy: str) -> SystemPlan:
+    _check_chips(device, workload)
+    sh = shard(model, workload.tp)
+    rules = parse_placement(workload.placement, device)
+    tile_n = workload.tile_n or device.tile_n
+    final_tokens = workload.context + workload.steps * workload.new_tokens
+    placer = _Placer(device, model, workload, policy, rules, tile_n)
+    items = _item_specs(model, workload, sh, tile_n, final_tokens, workload.batch)
+    placed = [[placer.place(spec) for spec in item] for item in items]
+    starts = _stage_starts(device, placed, workload.pp, policy)
+    ends = starts[1:] + [len(items)]
+    stages = tuple(
+        _plan_stage(device, model, workload, policy, sh, placer, items[a:b], a, s, len(starts))
+        for s, (a, b) in enumerate(zip(starts, ends)))
+    return SystemPlan(device=device, model=model, workload=workload, policy=policy, shard=sh,
+                      stages=stages)
+
+
+def _stage_starts(device: Device, placed: list[list[Tensor]], pp: int, policy: str) -> list[int]:
+    """First item of each stage: equal bytes per stage when a balanced cut fits, else an even
+    split of the items (the capacity check then says what is short, or the tiered policy
+    spills)."""
+    if pp == 1:
+        return [0]
+    n_tiers = len(device.tiers)
+    item_bytes = [tuple(sum(t.bytes_on(i) for t in item) for i in range(n_tiers))
+                  for item in placed]
+    capacity = tuple(t.capacity for t in device.tiers)
+    if policy != "sram-resident":
+        capacity = (sum(capacity),) * n_tiers   # balance bytes, not the on-chip cache
+        item_bytes = [(sum(b),) * n_tiers for b in item_bytes]
+    cut = balanced_stages(item_bytes, capacity, pp)
+    if cut is not None:
+        return cut
+    if pp > len(placed):
+        raise ConfigError(f"pipeline stages ({pp}) exceed the model's {len(placed) - 2} layers "
+                          "plus the embedding and the head", field="pp")
+    return [round(s * len(placed) / pp) for s in range(pp)]
+
+
+def _plan_stage(device: Device, model: Model, workload: Decode, policy: str, sh: Shard,
+                placer: _Placer, items: list[list[_Spec]], first_item: int, stage: int,
+                stages: int) -> Plan:
     wfmt = get_format(workload.weights)
     kvfmt = get_format(workload.kv)
     act = get_format(workload.activations)
-    norm_fmt = act
     tile_k = workload.tile_k or device.tile_k
     tile_n = workload.tile_n or device.tile_n
     tiers = device.tiers
     names = tuple(t.name for t in tiers)
-    w_home = names.index(device.layout.weights)
-    kv_home = names.index(device.layout.kv)
-    m_rows = workload.batch * workload.new_tokens
-    m_grain = device.matrix_unit[0]
-    residency = _resolve_residency(device, workload)
+    mb = workload.microbatch
+    m_rows = mb * workload.new_tokens
     final_tokens = workload.context + workload.steps * workload.new_tokens
     row_bits = kv_row_bits(model, kvfmt)
-    if model.is_moe:
-        raise ConfigError("mixture-of-experts models are not emulated yet (routing comes with the "
-                          "MoE issue); choose a dense model", field="model")
-
     weight_peak, weight_dequant = _matmul_compute(device, wfmt, act)
     act_peak = device.peak(act.compute) or device.matrix_peak
     kv_dequant = 0.0 if kvfmt.compute == act.compute else float(max(kvfmt.dequant_ops, 1))
+    link = device.link
+    steps_per_pass = collective_steps(link.topology, sh.tp) if link else 0
 
+    # The stage's tensors: its weights once, each microbatch's KV cache of its layers.
     tensors: list[Tensor] = []
+    index: dict[str, int] = {}
+    for item in items:
+        for spec in item:
+            if spec.kind == "weight":
+                index[spec.name] = len(tensors)
+                tensors.append(placer.place(spec))
+    for micro in range(workload.microbatches):
+        for item in items:
+            for spec in item:
+                if spec.kind == "kv":
+                    spec = dataclasses.replace(spec, sequences=mb * sh.kv_heads)
+                    if micro:
+                        spec = dataclasses.replace(spec, name=f"{spec.name}.mb{micro}")
+                    index[spec.name] = len(tensors)
+                    tensors.append(placer.place(spec))
+    if "lm_head" in index and "embedding" in index and model.tied_embeddings:
+        tensors[index["lm_head"]] = dataclasses.replace(tensors[index["lm_head"]], aliased=True)
+
+    spilled: tuple[str, ...] = ()
+    if policy == "tiered":
+        tensors, spilled = _spill(device, tensors)
+    _check_capacity(device, model, workload, tensors, stage, stages)
+
     rows: list[np.ndarray] = []
     floats: list[tuple[float, float]] = []
     op_names: list[str] = []
-
-    def add_tensor(name: str, kind: str, home: int, nbytes: int, aliased: bool = False) -> int:
-        tensors.append(Tensor(name, kind, home, nbytes, False, aliased))
-        return len(tensors) - 1
+    op_micro: list[int] = []
+    micro = 0
 
     def add_op(name: str, kind: int, layer: int, tensor: int, fmt: Format, *, m: int = 0,
-               kk: int = 0, n: int = 0, peak: float = 0.0, dequant: float = 0.0) -> None:
+               kk: int = 0, n: int = 0, peak: float = 0.0, dequant: float = 0.0,
+               chips: int = 0, passes: int = 0, act_bits: int = act.element_bits) -> np.ndarray:
         row = np.zeros(k.N_INT_COLS, dtype=np.int64)
         row[k.C_KIND] = kind
         row[k.C_LAYER] = layer
@@ -146,114 +414,192 @@ def make_plan(device: Device, model: Model, workload: Decode) -> Plan:
         row[k.C_K] = kk
         row[k.C_N] = n
         row[k.C_TENSOR] = tensor
-        row[k.C_HOME] = tensors[tensor].home
+        if tensor >= 0:
+            placed = tensors[tensor]
+            row[k.C_HOME] = placed.home
+            row[k.C_HOME_HI] = placed.home_hi
+            row[k.C_SPLIT] = placed.split
+            row[k.C_PINNED] = int(placed.pinned)
         (row[k.C_ELEM_BITS], row[k.C_GROUP], row[k.C_META_BITS], row[k.C_PADDED],
          row[k.C_TENSOR_META_BITS]) = fmt.kernel_params(kk)
         row[k.C_TILE_K] = tile_k
         row[k.C_TILE_N] = tile_n
-        row[k.C_M_GRAIN] = m_grain
-        row[k.C_BATCH] = workload.batch
-        row[k.C_KV_HEADS] = model.kv_heads
-        row[k.C_Q_PER_KV] = model.heads // model.kv_heads
+        row[k.C_M_GRAIN] = device.matrix_unit[0]
+        row[k.C_BATCH] = mb
+        row[k.C_KV_HEADS] = sh.kv_heads
+        row[k.C_Q_PER_KV] = sh.q_per_kv
         row[k.C_HEAD_DIM] = model.head_dim
         row[k.C_CONTEXT] = workload.context
         row[k.C_NEW_TOKENS] = workload.new_tokens
         row[k.C_KV_BLOCK] = workload.kv_block
         row[k.C_KV_ROW_BITS] = row_bits
-        row[k.C_ACT_BITS] = act.element_bits
+        row[k.C_ACT_BITS] = act_bits
         row[k.C_KV_MAX_BLOCKS] = -(-final_tokens // workload.kv_block)
+        row[k.C_ROWS_HERE] = sh.vocab_rows
+        row[k.C_CHIPS] = chips
+        row[k.C_PASSES] = passes
+        row[k.C_LINK_STEPS] = steps_per_pass
         rows.append(row)
         floats.append((peak, dequant))
         op_names.append(name)
+        op_micro.append(micro)
+        return row
 
     def matmul(name: str, layer: int, kk: int, n: int) -> None:
-        tensor = add_tensor(f"{name}.{layer}" if layer >= 0 else name, "weight", w_home,
-                            bytes_for((n, kk), wfmt))
-        add_op(name, k.OP_MATMUL, layer, tensor, wfmt, m=m_rows, kk=kk, n=n, peak=weight_peak,
-               dequant=weight_dequant)
+        add_op(name, k.OP_MATMUL, layer, index[f"{name}.{layer}" if layer >= 0 else name], wfmt,
+               m=m_rows, kk=kk, n=n, peak=weight_peak, dequant=weight_dequant)
 
     def norm(name: str, layer: int) -> None:
-        tensor = add_tensor(f"{name}.{layer}" if layer >= 0 else name, "weight", w_home,
-                            bytes_for((1, model.hidden), norm_fmt))
-        add_op(name, k.OP_NORM, layer, tensor, norm_fmt, m=m_rows, kk=model.hidden)
+        add_op(name, k.OP_NORM, layer, index[f"{name}.{layer}" if layer >= 0 else name], act,
+               m=m_rows, kk=model.hidden)
+
+    def all_reduce(name: str, layer: int, width: int, passes: int = 2) -> None:
+        if sh.tp > 1:
+            add_op(name, k.OP_COLLECTIVE, layer, -1, act, m=m_rows, kk=width, chips=sh.tp,
+                   passes=passes)
 
     h, hd = model.hidden, model.head_dim
-    embed = add_tensor("embedding", "weight", w_home, bytes_for((model.vocab, h), wfmt))
-    add_op("embed", k.OP_EMBED, -1, embed, wfmt, m=m_rows, kk=h, n=model.vocab)
-    for layer in range(model.layers):
-        norm("attn_norm", layer)
-        matmul("qkv", layer, h, (model.heads + 2 * model.kv_heads) * hd)
-        kv = add_tensor(f"kv.{layer}", "kv", kv_home,
-                        kv_cache_bytes(model, workload, final_tokens, tiers[kv_home].granularity))
-        add_op("kv_append", k.OP_KV_APPEND, layer, kv, kvfmt, kk=hd)
-        add_op("attention", k.OP_ATTENTION, layer, kv, kvfmt, kk=hd, peak=act_peak,
-               dequant=kv_dequant)
-        matmul("o_proj", layer, model.heads * hd, h)
-        norm("ffn_norm", layer)
-        matmul("gate", layer, h, model.ffn)
-        matmul("up", layer, h, model.ffn)
-        matmul("down", layer, model.ffn, h)
-    norm("final_norm", -1)
-    if model.tied_embeddings:
-        lm_head = add_tensor("lm_head", "weight", w_home, tensors[embed].bytes, aliased=True)
-        add_op("lm_head", k.OP_MATMUL, -1, lm_head, wfmt, m=m_rows, kk=h, n=model.vocab,
-               peak=weight_peak, dequant=weight_dequant)
-    else:
-        matmul("lm_head", -1, h, model.vocab)
+    layers: list[int] = []
+    for micro in range(workload.microbatches):
+        suffix = f".mb{micro}" if micro else ""
+        for item_no, item in enumerate(items, start=first_item):
+            if item_no == 0:
+                add_op("embed", k.OP_EMBED, -1, index["embedding"], wfmt, m=m_rows, kk=h,
+                       n=model.vocab)
+                all_reduce("embed_allreduce", -1, h)
+            elif item_no <= model.layers:
+                layer = item_no - 1
+                if micro == 0:
+                    layers.append(layer)
+                kv = index[f"kv.{layer}{suffix}"]
+                norm("attn_norm", layer)
+                matmul("qkv", layer, h, (sh.heads + 2 * sh.kv_heads) * hd)
+                add_op("kv_append", k.OP_KV_APPEND, layer, kv, kvfmt, kk=hd)
+                add_op("attention", k.OP_ATTENTION, layer, kv, kvfmt, kk=hd, peak=act_peak,
+                       dequant=kv_dequant)
+                matmul("o_proj", layer, sh.heads * hd, h)
+                all_reduce("attn_allreduce", layer, h)
+                norm("ffn_norm", layer)
+                matmul("gate", layer, h, sh.ffn)
+                matmul("up", layer, h, sh.ffn)
+                matmul("down", layer, sh.ffn, h)
+                all_reduce("ffn_allreduce", layer, h)
+            else:
+                norm("final_norm", -1)
+                matmul("lm_head", -1, h, sh.vocab_rows)
+                all_reduce("logits_allgather", -1, sh.vocab_rows * sh.tp, passes=1)
+        if stage < stages - 1:
+            add_op("send", k.OP_SEND, -1, -1, act, m=m_rows, kk=h)
+        elif stages > 1:
+            add_op("send_tokens", k.OP_SEND, -1, -1, act, m=m_rows, kk=1,
+                   act_bits=TOKEN_ID_BITS)
 
-    _check_capacity(device, model, workload, tensors)
+    residency = workload.residency
+    if residency == "auto":
+        residency = "pinned" if policy == "hybrid" else "lru"
     tensors, pinned_bits = _pin(tensors, residency, tiers[0].capacity)
     op_int = np.stack(rows)
     for op in range(op_int.shape[0]):
-        op_int[op, k.C_PINNED] = int(tensors[op_int[op, k.C_TENSOR]].pinned)
-    on_chip_resident = sum(t.bytes for t in tensors if t.home == 0 and not t.aliased)
+        if op_int[op, k.C_TENSOR] >= 0:
+            op_int[op, k.C_PINNED] = int(tensors[op_int[op, k.C_TENSOR]].pinned)
+    on_chip_resident = sum(t.bytes_on(0) for t in tensors if not t.aliased)
     lru_capacity_bits = max(0, 8 * (tiers[0].capacity - on_chip_resident) - pinned_bits)
     return Plan(
-        device=device, model=model, workload=workload, tier_names=names,
+        device=device, model=model, workload=workload, policy=policy, stage=stage,
+        stages=stages, layers=tuple(layers), tier_names=names,
         tier_capacity=np.array([t.capacity for t in tiers], dtype=np.int64),
         tier_bandwidth=np.array([t.sustained_bandwidth for t in tiers], dtype=np.float64),
         tier_latency_s=np.array([t.latency_s for t in tiers], dtype=np.float64),
         tier_granularity=np.array([t.granularity for t in tiers], dtype=np.int64),
         tier_energy_j_per_byte=np.array([t.energy_j_per_byte for t in tiers], dtype=np.float64),
+        link_bandwidth=link.bandwidth if link else math.inf,
+        link_latency_s=link.latency_s if link else 0.0,
         op_int=op_int, op_float=np.array(floats, dtype=np.float64).reshape(-1, k.N_FLOAT_COLS),
-        op_names=tuple(op_names), tensors=tuple(tensors), residency=residency,
-        lru_capacity_bits=lru_capacity_bits,
+        op_names=tuple(op_names), op_microbatch=np.array(op_micro, dtype=np.int64),
+        tensors=tuple(tensors), residency=residency, lru_capacity_bits=lru_capacity_bits,
         max_lru_entries=_max_lru_entries(op_int, tensors, lru_capacity_bits, workload, tiers),
+        spilled=spilled,
     )
 
 
-def _check_capacity(device: Device, model: Model, workload: Decode,
-                    tensors: list[Tensor]) -> None:
-    """Weights plus the KV cache at the last step's context must fit their home tiers."""
+def _need(tensors: list[Tensor]) -> dict[int, int]:
     need: dict[int, int] = {}
     for tensor in tensors:
         if not tensor.aliased:
-            need[tensor.home] = need.get(tensor.home, 0) + tensor.bytes
-    for home, nbytes in sorted(need.items()):
+            for tier, nbytes in tensor.tier_bytes:
+                need[tier] = need.get(tier, 0) + nbytes
+    return need
+
+
+def _spill(device: Device, tensors: list[Tensor]) -> tuple[list[Tensor], tuple[str, ...]]:
+    """Tiered policy: move whole layers' weights, the last layer first, from an overfull tier to
+    the spill tier until the rest fits; then, if still short, the KV caches, oldest layer last."""
+    spill = device.tier_index(spill_tier(device))
+    out = list(tensors)
+    moved: dict[tuple[int, str], list[int]] = {}
+    for kind in ("weight", "kv"):
+        need = _need(out)
+        over = [t for t, b in need.items() if t != spill and b > device.tiers[t].capacity]
+        if not over:
+            break
+        tier = over[0]
+        by_layer: dict[int, list[int]] = {}
+        for i, tensor in enumerate(out):
+            if tensor.kind == kind and tensor.tier_bytes == ((tier, tensor.bytes),):
+                by_layer.setdefault(tensor.layer, []).append(i)
+        for layer in sorted(by_layer, reverse=True):
+            if _need(out).get(tier, 0) <= device.tiers[tier].capacity:
+                break
+            for i in by_layer[layer]:
+                tensor = out[i]
+                out[i] = dataclasses.replace(tensor, home=spill, home_hi=spill, split=0,
+                                             tier_bytes=((spill, tensor.bytes),))
+                moved.setdefault((tier, kind), []).append(layer)
+    notes = []
+    for (tier, kind), layers in moved.items():
+        in_layers = sorted({x for x in layers if x >= 0})
+        nbytes = sum(out[i].bytes for i in range(len(out))
+                     if out[i].kind == kind and out[i].home == spill and not out[i].aliased)
+        where = f"layers {in_layers[0]}-{in_layers[-1]}" if in_layers else "head"
+        if -1 in layers:
+            where += " and the embedding/head" if in_layers else ""
+        notes.append(f"{kind} of {where} moved from {device.tiers[tier].name} to "
+                     f"{device.tiers[spill].name} ({format_quantity(nbytes, 'capacity')})")
+    return out, tuple(notes)
+
+
+def _check_capacity(device: Device, model: Model, workload: Decode, tensors: list[Tensor],
+                    stage: int, stages: int) -> None:
+    """Weights plus the KV cache at the last step's context must fit their tiers."""
+    for home, nbytes in sorted(_need(tensors).items()):
         tier = device.tiers[home]
-        if nbytes > tier.capacity:
-            weights = sum(t.bytes for t in tensors
-                          if t.home == home and t.kind == "weight" and not t.aliased)
-            short = nbytes - tier.capacity
-            raise CapacityError(
-                f"{model.name} at batch {workload.batch} and context {workload.context} needs "
-                f"{nbytes:,} B in tier {tier.name!r} (weights {weights:,} B + KV cache "
-                f"{nbytes - weights:,} B) but it holds {tier.capacity:,} B: short by {short:,} B "
-                f"({format_quantity(short, 'capacity')}). Raise the tier's capacity with --set "
-                f"tiers.{tier.name}.capacity=..., or use a smaller format; spilling to another "
-                "tier and splitting across chips are not modelled yet.",
-                shortfall_bytes=short, file=device.file, field=f"tiers.{tier.name}.capacity")
+        if nbytes <= tier.capacity:
+            continue
+        weights = sum(t.bytes_on(home) for t in tensors if t.kind == "weight" and not t.aliased)
+        short = nbytes - tier.capacity
+        where = (f"stage {stage} of {stages} (tp {workload.tp})" if stages > 1
+                 else f"each of {workload.tp} chips" if workload.tp > 1 else "one chip")
+        raise CapacityError(
+            f"{model.name} at batch {workload.batch} and context {workload.context} needs "
+            f"{nbytes:,} B in tier {tier.name!r} on {where} (weights {weights:,} B + KV cache "
+            f"{nbytes - weights:,} B) but it holds {tier.capacity:,} B: short by {short:,} B "
+            f"({format_quantity(short, 'capacity')}). `memsim plan {device.name} {model.name}` "
+            f"gives the fewest chips that hold it; or add a slower tier to spill to "
+            f"(--add-tier), raise the capacity (--set tiers.{tier.name}.capacity=...), or use a "
+            f"smaller format.",
+            shortfall_bytes=short, file=device.file, field=f"tiers.{tier.name}.capacity")
 
 
 def _pin(tensors: list[Tensor], residency: str, on_chip_bytes: int) -> tuple[list[Tensor], int]:
     """Under the pinned policy, pin off-chip weights in order while they fit on chip."""
     if residency != "pinned":
         return tensors, 0
-    free = on_chip_bytes - sum(t.bytes for t in tensors if t.home == 0 and not t.aliased)
+    free = on_chip_bytes - sum(t.bytes_on(0) for t in tensors if not t.aliased)
     pinned_bytes = 0
     out = []
     for tensor in tensors:
-        pin = tensor.kind == "weight" and tensor.home != 0 and pinned_bytes + tensor.bytes <= free
+        pin = (tensor.kind == "weight" and not tensor.aliased and tensor.bytes_on(0) == 0
+               and pinned_bytes + tensor.bytes <= free)
         if pin:
             pinned_bytes += tensor.bytes
         out.append(dataclasses.replace(tensor, pinned=pin))
@@ -266,8 +612,11 @@ def _max_lru_entries(op_int: np.ndarray, tensors: list[Tensor], capacity_bits: i
     smallest = None
     distinct = 0
     for row in op_int:
+        if row[k.C_TENSOR] < 0:
+            continue
         tensor = tensors[row[k.C_TENSOR]]
-        if tensor.home == 0 or tensor.pinned or row[k.C_KIND] == k.OP_KV_APPEND:
+        on_chip = tensor.home == 0 and tensor.home_hi == 0
+        if on_chip or tensor.pinned or row[k.C_KIND] == k.OP_KV_APPEND:
             continue
         kind = row[k.C_KIND]
         if kind == k.OP_MATMUL:
@@ -278,8 +627,9 @@ def _max_lru_entries(op_int: np.ndarray, tensors: list[Tensor], capacity_bits: i
             distinct += -(-kk // tk) * -(-n // tn)
         elif kind == k.OP_ATTENTION:
             bits = 8 * kv_block_bytes(row[k.C_KV_ROW_BITS], workload.kv_block,
-                                      tiers[tensor.home].granularity)
-            distinct += 2 * workload.batch * row[k.C_KV_HEADS] * row[k.C_KV_MAX_BLOCKS]
+                                      min(tiers[tensor.home].granularity,
+                                          tiers[tensor.home_hi].granularity))
+            distinct += 2 * row[k.C_BATCH] * row[k.C_KV_HEADS] * row[k.C_KV_MAX_BLOCKS]
         elif kind == k.OP_EMBED:
             bits = row[k.C_K] * row[k.C_ELEM_BITS]
             distinct += row[k.C_M] * workload.steps

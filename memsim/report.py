@@ -22,7 +22,23 @@ class StepCounts:
     read_bits: np.ndarray      # [op, tier]
     written_bits: np.ndarray   # [op, tier]
     results: np.ndarray        # [op, k.R_*]
-    times: np.ndarray          # [op, tiers..., compute, latency, launch]
+    times: np.ndarray          # [op, tiers..., link, compute, latency, launch]
+
+
+@dataclass(frozen=True)
+class ChipHoldings:
+    """What one chip of a pipeline stage holds, per tier, and what the tiered policy spilled."""
+
+    stage: int
+    layers: tuple[int, ...]
+    weights: dict[str, int]
+    kv: dict[str, int]
+    spilled: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data."""
+        return {"stage": self.stage, "layers": list(self.layers), "weights": dict(self.weights),
+                "kv": dict(self.kv), "spilled": list(self.spilled)}
 
 
 @dataclass(frozen=True)
@@ -34,6 +50,9 @@ class OpRow:
     name: str
     bytes_read: dict[str, int]
     bytes_written: dict[str, int]
+    link_bytes: int
+    stage: int
+    microbatch: int
     hits: int
     misses: int
     flops: int
@@ -46,8 +65,10 @@ class OpRow:
     def to_dict(self) -> dict[str, Any]:
         """Plain data."""
         return {
-            "index": self.index, "layer": self.layer, "op": self.name,
+            "index": self.index, "stage": self.stage, "microbatch": self.microbatch,
+            "layer": self.layer, "op": self.name,
             "bytes_read": dict(self.bytes_read), "bytes_written": dict(self.bytes_written),
+            "link_bytes": self.link_bytes,
             "hits": self.hits, "misses": self.misses, "flops": self.flops,
             "vector_ops": self.vector_ops, "waves": self.waves, "time_s": self.time_s,
             "cycles": self.cycles, "bound_by": self.bound_by,
@@ -61,11 +82,24 @@ def _bytes(bits: np.ndarray) -> np.ndarray:
 
 @dataclass(frozen=True)
 class StepSummary:
-    """Totals of one step."""
+    """Totals of one step over the whole system (every chip), and per chip of each stage.
+
+    ``time_s`` is the step's critical path through the pipeline: the longer of one
+    microbatch's way through every stage and the busiest stage's work for all microbatches
+    (equal to the sum of every op's time on one chip without pipelining). ``time_by_bound``
+    splits the ops on that path by what bound them.
+    """
 
     step: int
     bytes_read: dict[str, int]
     bytes_written: dict[str, int]
+    weight_bytes_read: dict[str, int]
+    link_bytes: int
+    chip_bytes_read: tuple[dict[str, int], ...]       # one chip of each stage
+    chip_bytes_written: tuple[dict[str, int], ...]
+    chip_weight_bytes_read: tuple[dict[str, int], ...]
+    chip_link_bytes: tuple[int, ...]
+    chip_busy_s: tuple[float, ...]                    # each stage's work per step
     activation_bytes_read: int
     activation_bytes_written: int
     hits: int
@@ -79,8 +113,13 @@ class StepSummary:
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data."""
-        return {key: (dict(value) if isinstance(value, dict) else value)
-                for key, value in self.__dict__.items()}
+        def plain(value: Any) -> Any:
+            if isinstance(value, dict):
+                return dict(value)
+            if isinstance(value, tuple):
+                return [plain(v) for v in value]
+            return value
+        return {key: plain(value) for key, value in self.__dict__.items()}
 
 
 @dataclass(frozen=True)
@@ -88,7 +127,8 @@ class Report:
     """What one emulated decode run moved, and how long it took.
 
     The headline figures (``bytes_read``, ``time_per_token``, ...) are those of the warm step, the
-    last one emulated; ``cold`` is the first step, when the on-chip tier starts empty.
+    last one emulated, over the whole system (every chip); ``cold`` is the first step, when the
+    on-chip tiers start empty. ``chip(stage)`` gives one chip's share; on one chip both agree.
     """
 
     device: str
@@ -105,6 +145,37 @@ class Report:
     steps: tuple[StepSummary, ...]
     cold_counts: StepCounts = field(repr=False)
     warm_counts: StepCounts = field(repr=False)
+    op_stages: tuple[int, ...] = ()
+    op_microbatches: tuple[int, ...] = ()
+    policy: str = ""
+    tp: int = 1
+    pp: int = 1
+    microbatches: int = 1
+    holdings: tuple[ChipHoldings, ...] = ()
+
+    @property
+    def chips(self) -> int:
+        """Chips in the system: tensor parallel x pipeline stages."""
+        return self.tp * self.pp
+
+    @property
+    def link_bytes(self) -> int:
+        """Bytes all chips sent over chip-to-chip links in the warm step."""
+        return self.warm.link_bytes
+
+    def chip(self, stage: int = 0) -> dict[str, Any]:
+        """One chip of pipeline stage ``stage`` in the warm step: bytes read and written per
+        tier, weight bytes read per tier, link bytes sent, busy time, and what it holds."""
+        warm = self.warm
+        return {
+            "stage": stage,
+            "bytes_read": dict(warm.chip_bytes_read[stage]),
+            "bytes_written": dict(warm.chip_bytes_written[stage]),
+            "weight_bytes_read": dict(warm.chip_weight_bytes_read[stage]),
+            "link_bytes": warm.chip_link_bytes[stage],
+            "busy_s": warm.chip_busy_s[stage],
+            "holds": self.holdings[stage].to_dict() if self.holdings else {},
+        }
 
     # headline figures -------------------------------------------------------------------
     @property
@@ -173,6 +244,11 @@ class Report:
         return self.warm.energy_j / self.tokens_per_step
 
     @property
+    def off_chip_weight_bytes(self) -> int:
+        """Weight bytes read from every tier but the on-chip one, warm step, all chips."""
+        return sum(self.warm.weight_bytes_read[t] for t in self.tier_names[1:])
+
+    @property
     def off_chip_bytes(self) -> int:
         """Bytes read from and written to every tier but the on-chip one, warm step."""
         warm = self.warm
@@ -186,7 +262,8 @@ class Report:
 
     @property
     def bottleneck(self) -> str:
-        """What bound most of the warm step: a tier's name, 'compute', 'latency' or 'launch'."""
+        """What bound most of the warm step's critical path: a tier's name, 'link', 'compute',
+        'latency' or 'launch'."""
         by_bound = self.warm.time_by_bound
         return max(by_bound, key=by_bound.__getitem__)
 
@@ -202,12 +279,16 @@ class Report:
         written = _bytes(counts.written_bits)
         times = counts.times
         labels = _bound_labels(self.tier_names)
+        link = _bytes(counts.results[:, k.R_LINK_BITS])
+        stages = self.op_stages or (0,) * len(self.op_names)
+        micro = self.op_microbatches or (0,) * len(self.op_names)
         rows = []
         for op, name in enumerate(self.op_names):
             rows.append(OpRow(
                 index=op, layer=self.op_layers[op], name=name,
                 bytes_read={t: int(read[op, i]) for i, t in enumerate(self.tier_names)},
                 bytes_written={t: int(written[op, i]) for i, t in enumerate(self.tier_names)},
+                link_bytes=int(link[op]), stage=stages[op], microbatch=micro[op],
                 hits=int(counts.results[op, k.R_HITS]),
                 misses=int(counts.results[op, k.R_MISSES]),
                 flops=int(counts.results[op, k.R_FLOPS]),
@@ -225,6 +306,10 @@ class Report:
         return {
             "device": self.device, "model": self.model, "workload": dict(self.workload),
             "tiers": list(self.tier_names),
+            "policy": self.policy, "chips": self.chips, "tp": self.tp, "pp": self.pp,
+            "microbatches": self.microbatches,
+            "per_chip": [self.chip(s) for s in range(self.pp)],
+            "link_bytes": self.link_bytes,
             "time_per_token_s": self.time_per_token,
             "tokens_per_s": self.tokens_per_s,
             "tokens_per_s_total": self.tokens_per_s_total,
@@ -250,16 +335,16 @@ class Report:
         """One CSV row per op of the warm step, bytes per tier in columns."""
         out = io.StringIO()
         writer = csv.writer(out, lineterminator="\n")
-        writer.writerow(["index", "layer", "op"]
+        writer.writerow(["index", "stage", "microbatch", "layer", "op"]
                         + [f"bytes_read_{t}" for t in self.tier_names]
                         + [f"bytes_written_{t}" for t in self.tier_names]
-                        + ["hits", "misses", "flops", "vector_ops", "waves", "time_s", "cycles",
-                           "bound_by"])
+                        + ["link_bytes", "hits", "misses", "flops", "vector_ops", "waves",
+                           "time_s", "cycles", "bound_by"])
         for row in self.ops:
-            writer.writerow([row.index, row.layer, row.name]
+            writer.writerow([row.index, row.stage, row.microbatch, row.layer, row.name]
                             + [row.bytes_read[t] for t in self.tier_names]
                             + [row.bytes_written[t] for t in self.tier_names]
-                            + [row.hits, row.misses, row.flops, row.vector_ops, row.waves,
+                            + [row.link_bytes, row.hits, row.misses, row.flops, row.vector_ops, row.waves,
                                repr(row.time_s), repr(row.cycles), row.bound_by])
         return out.getvalue()
 
@@ -278,10 +363,28 @@ class Report:
             f"  intensity        {self.arithmetic_intensity:.2f} FLOP per off-chip byte",
             f"  on-chip tiles    {self.hits:,} hits, {self.misses:,} misses (warm); cold step "
             f"{self.cold.misses:,} misses, {format_quantity(self.cold.time_s, 'time')}",
+            f"  system           {self.chips} chip(s): tp {self.tp} x pp {self.pp}, "
+            f"{self.microbatches} microbatch(es), policy {self.policy}; link "
+            f"{self.link_bytes:,} B per step",
         ]
+        lines.append("  whole system, warm step:")
         for tier in self.tier_names:
-            lines.append(f"  {tier:<6} read {self.bytes_read[tier]:>20,} B   written "
+            lines.append(f"    {tier:<6} read {self.bytes_read[tier]:>20,} B (weights "
+                         f"{self.warm.weight_bytes_read[tier]:>18,} B)   written "
                          f"{self.bytes_written[tier]:>16,} B")
+        if self.chips > 1:
+            lines.append("  one chip of each stage, warm step:")
+            for stage in range(self.pp):
+                chip = self.chip(stage)
+                layers = self.holdings[stage].layers if self.holdings else ()
+                span = f"layers {layers[0]}-{layers[-1]}" if layers else "no layers"
+                reads = ", ".join(f"{t} {chip['bytes_read'][t]:,} B" for t in self.tier_names)
+                lines.append(f"    stage {stage} ({span}): read {reads}; link "
+                             f"{chip['link_bytes']:,} B; busy "
+                             f"{format_quantity(chip['busy_s'], 'time')}")
+        for holding in self.holdings:
+            for note in holding.spilled:
+                lines.append(f"  spilled (stage {holding.stage}): {note}")
         lines.append("")
         rows = self.ops if per_op else _group_rows(self.ops)
         header = (f"  {'layer':>5} {'op':<12}" + "".join(f" {t + ' read B':>18}"
@@ -298,32 +401,65 @@ class Report:
 
 
 def _bound_labels(tier_names: tuple[str, ...]) -> tuple[str, ...]:
-    return tuple(tier_names) + ("compute", "latency", "launch")
+    return tuple(tier_names) + ("link", "compute", "latency", "launch")
 
 
 def summarize(counts: StepCounts, tier_names: tuple[str, ...], energy_j_per_byte: tuple[float, ...],
-              energy_j_per_flop: float) -> StepSummary:
-    """Totals of one step's counters (bytes summed from per-op whole bytes)."""
-    read = _bytes(counts.read_bits).sum(axis=0)
-    written = _bytes(counts.written_bits).sum(axis=0)
-    results = counts.results.sum(axis=0)
-    act_read = int(_bytes(counts.results[:, k.R_ACT_READ_BITS]).sum())
-    act_written = int(_bytes(counts.results[:, k.R_ACT_WRITTEN_BITS]).sum())
-    by_column = counts.times.sum(axis=0)
+              energy_j_per_flop: float, *, op_stage: np.ndarray, op_micro: np.ndarray,
+              weight_ops: np.ndarray, tp: int = 1,
+              link_energy_j_per_byte: float = 0.0) -> StepSummary:
+    """Totals of one step's counters: per chip of each stage, and over the system (``tp``
+    chips per stage); bytes summed from per-op whole bytes."""
+    read_ops = _bytes(counts.read_bits)
+    written_ops = _bytes(counts.written_bits)
+    link_ops = _bytes(counts.results[:, k.R_LINK_BITS])
+    stages = int(op_stage.max()) + 1
+    micros = int(op_micro.max()) + 1
+
+    def per_tier(values: np.ndarray) -> dict[str, int]:
+        return {t: int(values[i]) for i, t in enumerate(tier_names)}
+
+    chip_read = tuple(per_tier(read_ops[op_stage == s].sum(axis=0)) for s in range(stages))
+    chip_written = tuple(per_tier(written_ops[op_stage == s].sum(axis=0)) for s in range(stages))
+    chip_weight = tuple(per_tier(read_ops[(op_stage == s) & weight_ops].sum(axis=0))
+                        for s in range(stages))
+    chip_link = tuple(int(link_ops[op_stage == s].sum()) for s in range(stages))
+    op_time = counts.times.sum(axis=1)
+    busy = np.zeros((stages, micros))
+    np.add.at(busy, (op_stage, op_micro), op_time)
+    path = busy.sum(axis=0)
+    work = busy.sum(axis=1)
+    if path.max() >= work.max():
+        critical = op_micro == int(np.argmax(path))
+    else:
+        critical = op_stage == int(np.argmax(work))
+    by_column = counts.times[critical].sum(axis=0)
     labels = _bound_labels(tier_names)
+
+    read = read_ops.sum(axis=0) * tp
+    written = written_ops.sum(axis=0) * tp
+    act_read = int(_bytes(counts.results[:, k.R_ACT_READ_BITS]).sum()) * tp
+    act_written = int(_bytes(counts.results[:, k.R_ACT_WRITTEN_BITS]).sum()) * tp
+    link = int(link_ops.sum()) * tp
+    results = counts.results.sum(axis=0) * tp
     energy = sum((int(read[i]) + int(written[i])) * energy_j_per_byte[i]
                  for i in range(len(tier_names)))
     energy += (act_read + act_written) * energy_j_per_byte[0]
+    energy += link * link_energy_j_per_byte
     energy += (int(results[k.R_FLOPS]) + int(results[k.R_VECTOR_OPS])) * energy_j_per_flop
     return StepSummary(
         step=counts.step,
-        bytes_read={t: int(read[i]) for i, t in enumerate(tier_names)},
-        bytes_written={t: int(written[i]) for i, t in enumerate(tier_names)},
+        bytes_read=per_tier(read), bytes_written=per_tier(written),
+        weight_bytes_read=per_tier(read_ops[weight_ops].sum(axis=0) * tp),
+        link_bytes=link,
+        chip_bytes_read=chip_read, chip_bytes_written=chip_written,
+        chip_weight_bytes_read=chip_weight, chip_link_bytes=chip_link,
+        chip_busy_s=tuple(float(x) for x in work),
         activation_bytes_read=act_read, activation_bytes_written=act_written,
         hits=int(results[k.R_HITS]), misses=int(results[k.R_MISSES]),
-        hit_bytes=int(_bytes(counts.results[:, k.R_HIT_BITS]).sum()),
+        hit_bytes=int(_bytes(counts.results[:, k.R_HIT_BITS]).sum()) * tp,
         flops=int(results[k.R_FLOPS]), vector_ops=int(results[k.R_VECTOR_OPS]),
-        time_s=float(by_column.sum()),
+        time_s=float(max(path.max(), work.max())),
         time_by_bound={label: float(by_column[i]) for i, label in enumerate(labels)},
         energy_j=float(energy),
     )
@@ -353,7 +489,8 @@ def _group_rows(rows: tuple[OpRow, ...]) -> list[OpRow]:
             index=first.index, layer=-2, name=first.name,
             bytes_read={t: sum(m.bytes_read[t] for m in members) for t in first.bytes_read},
             bytes_written={t: sum(m.bytes_written[t] for m in members) for t in first.bytes_written},
-            hits=sum(m.hits for m in members), misses=sum(m.misses for m in members),
+            link_bytes=sum(m.link_bytes for m in members), stage=first.stage,
+            microbatch=first.microbatch, hits=sum(m.hits for m in members), misses=sum(m.misses for m in members),
             flops=sum(m.flops for m in members), vector_ops=sum(m.vector_ops for m in members),
             waves=sum(m.waves for m in members), time_s=sum(m.time_s for m in members),
             cycles=sum(m.cycles for m in members), bound_by=max(by_bound, key=by_bound.__getitem__),

@@ -1,7 +1,9 @@
-"""What a decode run asks of a device: batch, context, formats, tiling, residency, seed."""
+"""What a decode run asks of a device: batch, context, formats, tiling, residency, parallelism,
+placement, seed."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -9,6 +11,7 @@ from memsim.errors import ConfigError
 from memsim.formats import get_format
 
 RESIDENCY_POLICIES = ("auto", "lru", "pinned")
+POLICY_CHOICES = ("auto", "hbm-centric", "sram-resident", "hybrid", "tiered", "weight-streaming")
 
 
 def _positive_int(value: Any, field: str, *, minimum: int = 1) -> None:
@@ -31,9 +34,19 @@ class Decode:
     kv_block : paged-KV block size in tokens; a partially filled last block is read whole.
     tile_k, tile_n : weight tile (K x N elements); ``None`` takes the device's.
     residency : on-chip replacement policy: ``lru``; ``pinned`` keeps weights on chip once loaded
-        (as many as fit, the rest go through LRU); ``auto`` pins for hybrid and SRAM-resident
-        layouts and uses LRU otherwise.
+        (as many as fit, the rest go through LRU); ``auto`` pins under the hybrid policy and uses
+        LRU otherwise.
     seed : seeds every pseudo-random choice (token ids of the embedding lookups).
+    tp : tensor-parallel chips: weights sharded by heads, FFN columns and vocabulary.
+    pp : pipeline stages (each ``tp`` chips), layers split so that stages hold equal bytes.
+    microbatches : sequences in flight through the pipeline are cut into this many groups; it
+        must divide ``batch``. ``None``: the largest divisor of ``batch`` not above ``pp``.
+    policy : memory strategy (``memsim plan`` lists a device's); ``auto`` takes the device's own
+        and falls back to ``tiered`` when the model does not fit but a slower tier can take the
+        rest.
+    placement : ``{selector: tier}`` overrides, applied in order, e.g. ``{"kv": "cxl"}``,
+        ``{"weights[40:80]": "cxl"}``, ``{"weights": "cxl:0.3"}`` (the last 30% of each weight's
+        column tiles; for a KV cache, its oldest blocks). See :mod:`memsim.layout`.
     """
 
     batch: int = 1
@@ -48,6 +61,11 @@ class Decode:
     tile_n: int | None = None
     residency: str = "auto"
     seed: int = 0
+    tp: int = 1
+    pp: int = 1
+    microbatches: int | None = None
+    policy: str = "auto"
+    placement: Any = ()
 
     def __post_init__(self) -> None:
         _positive_int(self.batch, "batch")
@@ -67,7 +85,47 @@ class Decode:
         if self.residency not in RESIDENCY_POLICIES:
             raise ConfigError(f"expected one of {', '.join(RESIDENCY_POLICIES)}, got "
                               f"{self.residency!r}", field="residency")
+        _positive_int(self.tp, "tp")
+        _positive_int(self.pp, "pp")
+        if self.microbatches is None:
+            object.__setattr__(self, "microbatches", max(
+                d for d in range(1, min(self.batch, self.pp) + 1) if self.batch % d == 0))
+        _positive_int(self.microbatches, "microbatches")
+        if self.batch % self.microbatches:
+            raise ConfigError(f"microbatches must divide the batch ({self.batch}), got "
+                              f"{self.microbatches}", field="microbatches")
+        if self.policy not in POLICY_CHOICES:
+            raise ConfigError(f"expected one of {', '.join(POLICY_CHOICES)}, got "
+                              f"{self.policy!r}", field="policy")
+        object.__setattr__(self, "placement", _placement_pairs(self.placement))
+
+    @property
+    def chips(self) -> int:
+        """Chips the workload runs on: tensor parallel x pipeline stages."""
+        return self.tp * self.pp
+
+    @property
+    def microbatch(self) -> int:
+        """Sequences in one microbatch."""
+        return self.batch // self.microbatches
 
     def to_dict(self) -> dict[str, Any]:
         """Plain fields, for reports and result stores."""
-        return asdict(self)
+        data = asdict(self)
+        data["placement"] = dict(self.placement)
+        return data
+
+
+def _placement_pairs(placement: Any) -> tuple[tuple[str, str], ...]:
+    """``{selector: target}`` or ``[(selector, target), ...]`` as a tuple of string pairs."""
+    items = placement.items() if isinstance(placement, Mapping) else placement
+    try:
+        pairs = tuple((key, value) for key, value in items)
+    except (TypeError, ValueError):
+        raise ConfigError(f"expected a mapping such as {{'kv': 'cxl'}}, got {placement!r}",
+                          field="placement") from None
+    for key, value in pairs:
+        if not isinstance(key, str) or not isinstance(value, str):
+            raise ConfigError(f"selectors and targets are strings ('kv': 'cxl'), got "
+                              f"{key!r}: {value!r}", field="placement")
+    return pairs

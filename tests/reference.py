@@ -14,7 +14,7 @@ from memsim.kernels import step as k
 from memsim.plan import Plan
 
 OP_COLUMNS = ("hits", "misses", "hit_bits", "flops", "vector_ops", "waves", "act_read_bits",
-              "act_written_bits")
+              "act_written_bits", "link_bits")
 
 
 def _ceil(a: int, b: int) -> int:
@@ -90,7 +90,7 @@ def run_step(plan: Plan, state: ReferenceState, step: int) -> dict:
         "read": [[0] * n_tiers for _ in range(n_ops)],
         "written": [[0] * n_tiers for _ in range(n_ops)],
         "ops": [dict.fromkeys(OP_COLUMNS, 0) for _ in range(n_ops)],
-        "times": [[0.0] * (n_tiers + 3) for _ in range(n_ops)],
+        "times": [[0.0] * (n_tiers + 4) for _ in range(n_ops)],
     }
     loaded_now = set(state.pinned_loaded)
     cores = dev.cores
@@ -101,12 +101,16 @@ def run_step(plan: Plan, state: ReferenceState, step: int) -> dict:
     for op in range(n_ops):
         row = [int(x) for x in plan.op_int[op]]
         peak, dequant = (float(x) for x in plan.op_float[op])
-        kind, tensor, home, pinned = row[k.C_KIND], row[k.C_TENSOR], row[k.C_HOME], row[k.C_PINNED]
+        kind, tensor, pinned = row[k.C_KIND], row[k.C_TENSOR], row[k.C_PINNED]
         act_bits = row[k.C_ACT_BITS]
         counters = out["ops"][op]
         wave = [0] * n_tiers
 
-        def fetch(index: int, bits: int) -> None:
+        def home_of(unit: int) -> int:
+            """Units below the split live on C_HOME, the others on C_HOME_HI."""
+            return row[k.C_HOME] if unit < row[k.C_SPLIT] else row[k.C_HOME_HI]
+
+        def fetch(index: int, bits: int, home: int) -> None:
             if home == 0:
                 hit = True
             elif pinned:
@@ -126,7 +130,7 @@ def run_step(plan: Plan, state: ReferenceState, step: int) -> dict:
                 wave[home] += bits
 
         def close_wave(compute_s: float) -> None:
-            best, col, farthest = compute_s, n_tiers, 0
+            best, col, farthest = compute_s, n_tiers + 1, 0
             for t in range(n_tiers):
                 if wave[t] > 0:
                     farthest = t
@@ -135,7 +139,7 @@ def run_step(plan: Plan, state: ReferenceState, step: int) -> dict:
                         best, col = seconds, t
                 wave[t] = 0
             out["times"][op][col] += best
-            out["times"][op][n_tiers + 1] += lat[farthest]
+            out["times"][op][n_tiers + 2] += lat[farthest]
 
         def padded_rows(rows: int) -> int:
             grain = row[k.C_M_GRAIN]
@@ -161,7 +165,7 @@ def run_step(plan: Plan, state: ReferenceState, step: int) -> dict:
                                          row[k.C_META_BITS], bool(row[k.C_PADDED]))
                         if kt == 0 and nt == 0:
                             bits += row[k.C_TENSOR_META_BITS]
-                        fetch(index, bits)
+                        fetch(index, bits, home_of(nt))
                         index += 1
                         elements += kk * nn
                     covered = min(kdim, kt1 * tk) - kt0 * tk
@@ -183,8 +187,10 @@ def run_step(plan: Plan, state: ReferenceState, step: int) -> dict:
             new, block = row[k.C_NEW_TOKENS], row[k.C_KV_BLOCK]
             tokens = row[k.C_CONTEXT] + (step + 1) * new
             blocks = _ceil(tokens, block)
-            block_bytes = _ceil(_ceil(block * row[k.C_KV_ROW_BITS], 8), gran[home]) * gran[home]
-            block_bits = 8 * block_bytes
+
+            def block_bits(j: int) -> int:
+                grain = gran[home_of(j)]
+                return 8 * _ceil(_ceil(block * row[k.C_KV_ROW_BITS], 8), grain) * grain
             rows = per_kv * new
             streams = row[k.C_BATCH] * heads
             split, per_unit, units, waves = work_units(streams, blocks, cores)
@@ -196,7 +202,8 @@ def run_step(plan: Plan, state: ReferenceState, step: int) -> dict:
                     j1 = min(blocks, j0 + per_unit)
                     for j in range(j0, j1):
                         for kv in range(2):
-                            fetch((stream * row[k.C_KV_MAX_BLOCKS] + j) * 2 + kv, block_bits)
+                            fetch((stream * row[k.C_KV_MAX_BLOCKS] + j) * 2 + kv, block_bits(j),
+                                  home_of(j))
                     tok0, tok1 = j0 * block, min(tokens, j1 * block)
                     visible = sum(max(0, min(tok1, tokens - new + i + 1) - tok0)
                                   for i in range(new))
@@ -215,6 +222,7 @@ def run_step(plan: Plan, state: ReferenceState, step: int) -> dict:
             counters["waves"] += waves
 
         elif kind == k.OP_KV_APPEND:
+            home = home_of((row[k.C_CONTEXT] + step * row[k.C_NEW_TOKENS]) // row[k.C_KV_BLOCK])
             streams = row[k.C_BATCH] * row[k.C_KV_HEADS]
             write_bytes = _ceil(_ceil(row[k.C_NEW_TOKENS] * row[k.C_KV_ROW_BITS], 8), gran[home])
             total = streams * 2 * 8 * write_bytes * gran[home]
@@ -226,6 +234,27 @@ def run_step(plan: Plan, state: ReferenceState, step: int) -> dict:
             counters["waves"] += _ceil(streams, cores)
             close_wave(0.0)
 
+        elif kind == k.OP_COLLECTIVE:
+            chips, passes = row[k.C_CHIPS], row[k.C_PASSES]
+            chunk = _ceil(row[k.C_M] * row[k.C_K], chips)
+            sent = passes * (chips - 1) * chunk * act_bits
+            adds = (chips - 1) * chunk if passes == 2 else 0
+            for name in ("link_bits", "act_read_bits", "act_written_bits"):
+                counters[name] += sent
+            counters["vector_ops"] += adds
+            counters["waves"] += passes * row[k.C_LINK_STEPS]
+            link_s, add_s = sent / 8.0 / plan.link_bandwidth, adds / dev.vector_ops_per_s
+            out["times"][op][n_tiers if link_s >= add_s else n_tiers + 1] += max(link_s, add_s)
+            out["times"][op][n_tiers + 2] += passes * row[k.C_LINK_STEPS] * plan.link_latency_s
+
+        elif kind == k.OP_SEND:
+            sent = row[k.C_M] * row[k.C_K] * act_bits
+            counters["link_bits"] += sent
+            counters["act_read_bits"] += sent
+            counters["waves"] += 1
+            out["times"][op][n_tiers] += sent / 8.0 / plan.link_bandwidth
+            out["times"][op][n_tiers + 2] += plan.link_latency_s
+
         else:
             m, kdim = row[k.C_M], row[k.C_K]
             bits = tile_bits(0, kdim, 1, row[k.C_ELEM_BITS], row[k.C_GROUP], row[k.C_META_BITS],
@@ -235,10 +264,11 @@ def run_step(plan: Plan, state: ReferenceState, step: int) -> dict:
                 tokens = sorted(int(k._mix(plan.workload.seed * 1000003 + step * m + r)) % vocab
                                 for r in range(m))
                 for token in tokens:
-                    fetch(token, bits)
+                    if token < row[k.C_ROWS_HERE]:      # this chip's vocabulary shard
+                        fetch(token, bits, home_of(token))
                 vector_ops = 0
             else:
-                fetch(0, bits + row[k.C_TENSOR_META_BITS])
+                fetch(0, bits + row[k.C_TENSOR_META_BITS], home_of(0))
                 vector_ops = k.NORM_OPS * m * kdim
                 counters["act_read_bits"] += m * kdim * act_bits
                 wave[0] += m * kdim * act_bits
@@ -247,6 +277,6 @@ def run_step(plan: Plan, state: ReferenceState, step: int) -> dict:
             wave[0] += m * kdim * act_bits
             counters["waves"] += 1
             close_wave(vector_ops / dev.vector_ops_per_s)
-        out["times"][op][n_tiers + 2] += dev.op_launch_s
+        out["times"][op][n_tiers + 3] += dev.op_launch_s
     state.pinned_loaded = loaded_now
     return out

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import csv
+import io
 import math
 
 import pytest
@@ -158,9 +160,9 @@ def test_report_outputs_agree():
     report = memsim.emulate("h100-sxm", "llama-3.2-1b", batch=2, context=100)
     data = report.to_dict()
     assert data["bytes_read"]["hbm"] == report.bytes_read["hbm"]
-    csv_lines = report.to_csv().splitlines()
-    assert len(csv_lines) == 1 + len(report.ops)
-    assert sum(int(line.split(",")[4]) for line in csv_lines[1:]) == report.bytes_read["hbm"]
+    rows = list(csv.DictReader(io.StringIO(report.to_csv())))
+    assert len(rows) == len(report.ops)
+    assert sum(int(row["bytes_read_hbm"]) for row in rows) == report.bytes_read["hbm"]
     assert "time per token" in report.table()
     assert math.isclose(report.cycles, report.time_per_token * 1.83e9, rel_tol=1e-12)
     assert report.tokens_per_s_total == pytest.approx(2 * report.tokens_per_s)

@@ -1,4 +1,5 @@
-"""The Numba walker equals its pure-Python twin, count for count, on small random shapes."""
+"""The Numba walker equals its pure-Python twin, count for count, on small random shapes,
+placements over two tiers, tensor-parallel shards and pipeline stages."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from hypothesis import strategies as st
 
 import memsim
 from memsim.emulate import Residency, run_step
-from memsim.plan import make_plan
+from memsim.plan import make_plan, plan_system
 from tests import reference
 
 FORMAT_NAMES = ["bf16", "fp8-e4m3", "int8", "int4-g32", "int4-g128", "nvfp4", "mxfp4", "q4_0",
@@ -42,8 +43,25 @@ def small_runs(draw):
     if len(base.tiers) > 1:
         overrides[f"tiers.{base.tiers[1].name}.granularity"] = f"{draw(st.sampled_from([1, 32, 64]))} B"
     device = base.with_overrides(overrides)
+    placement = {}
+    if len(device.tiers) > 1 and draw(st.booleans()):
+        device = device.with_tier("cxl-gen5-x16")
+        for selector in draw(st.lists(st.sampled_from(
+                ["weights", "kv", "embedding", "qkv[0:1]", "down", "norms", "lm_head"]),
+                max_size=3, unique=True)):
+            placement[selector] = draw(st.sampled_from(
+                ["cxl", "cxl:0.5", "cxl:0.25", device.tiers[1].name]))
+    tp = draw(st.sampled_from([t for t in (1, 2, 3) if model.heads % t == 0
+                               and model.ffn % t == 0
+                               and (model.kv_heads % t == 0 or t % model.kv_heads == 0)]))
+    pp = draw(st.integers(1, model.layers + 1))
+    if base.link is None:       # one chip only
+        tp = pp = 1
+    batch = draw(st.integers(1, 3))
     workload = memsim.Decode(
-        batch=draw(st.integers(1, 3)), context=draw(st.integers(0, 70)),
+        tp=tp, pp=pp, placement=placement,
+        microbatches=draw(st.sampled_from([d for d in (1, 2, 3) if batch % d == 0])),
+        batch=batch, context=draw(st.integers(0, 70)),
         weights=draw(st.sampled_from(FORMAT_NAMES)), kv=draw(st.sampled_from(KV_FORMATS)),
         steps=draw(st.integers(1, 3)), new_tokens=draw(st.integers(1, 3)),
         kv_block=draw(st.sampled_from([1, 4, 16])), tile_k=draw(st.sampled_from([8, 16, 32, 48])),
@@ -63,9 +81,14 @@ def test_kernel_equals_reference_twin(run):
     device, model, workload = run
     device = _with_big_memory(device) if len(device.tiers) > 1 else device
     try:
-        plan = make_plan(device, model, workload)
+        system = plan_system(device, model, workload)
     except memsim.CapacityError:
         return
+    for plan in system.stages:
+        _check_stage(plan, workload)
+
+
+def _check_stage(plan, workload):
     residency = Residency(plan)
     twin = reference.new_state(plan)
     for step in range(workload.steps):

@@ -1,0 +1,258 @@
+"""Where a model's bytes live: memory policies, placement rules, tensor-parallel shards, stages.
+
+A *policy* gives every kind of tensor a default home tier (the device file names the device's
+own; ``policies(device)`` lists the others it supports). *Placement rules* then move chosen
+tensors, or a fraction of each, to other tiers: a selector names tensors and a target a tier,
+
+    selector := ROLE [ "[" FIRST ":" LAST "]" ]      target := TIER [ ":" FRACTION ]
+
+where ROLE is ``weights``, ``kv``, ``norms`` or one tensor role (``embedding``, ``qkv``,
+``o_proj``, ``gate``, ``up``, ``down``, ``attn_norm``, ``ffn_norm``, ``final_norm``,
+``lm_head``), the optional slice selects layers as in Python (``weights[40:80]``), and FRACTION
+in (0, 1] moves only that share of each tensor: the last column tiles of a weight, the oldest
+blocks of a KV cache (whose recent tokens stay near), the last rows of an embedding.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+from memsim.device import Device
+from memsim.errors import ConfigError
+from memsim.model import Model
+
+LAYER_ROLES = ("attn_norm", "qkv", "kv", "o_proj", "ffn_norm", "gate", "up", "down")
+GLOBAL_ROLES = ("embedding", "final_norm", "lm_head")
+GROUPS = {
+    "weights": frozenset(r for r in LAYER_ROLES + GLOBAL_ROLES if r != "kv"),
+    "kv": frozenset({"kv"}),
+    "norms": frozenset({"attn_norm", "ffn_norm", "final_norm"}),
+}
+_SELECTOR = re.compile(r"^\s*([a-z_]+)\s*(?:\[\s*(-?\d*)\s*:\s*(-?\d*)\s*\])?\s*$")
+
+
+@dataclass(frozen=True)
+class PlacementRule:
+    """Tensors of ``roles`` in layers ``[first, last)`` (all when None) go to ``tier``."""
+
+    text: str
+    roles: frozenset[str]
+    first: int | None
+    last: int | None
+    tier: str
+    fraction: float = 1.0
+
+    def matches(self, role: str, layer: int, n_layers: int) -> bool:
+        """True when the rule applies to tensor ``role`` of ``layer`` (-1: not in a layer)."""
+        if role not in self.roles:
+            return False
+        if self.first is None and self.last is None:
+            return True
+        if layer < 0:
+            return False
+        return layer in range(n_layers)[slice(self.first, self.last)]
+
+
+def parse_placement(pairs: tuple[tuple[str, str], ...], device: Device) -> tuple[PlacementRule, ...]:
+    """Validate ``selector -> target`` pairs against the device's tiers."""
+    rules = []
+    for selector, target in pairs:
+        field = f"placement.{selector}"
+        match = _SELECTOR.match(selector)
+        roles = GROUPS.get(match.group(1)) if match else None
+        if roles is None and match and match.group(1) in LAYER_ROLES + GLOBAL_ROLES:
+            roles = frozenset({match.group(1)})
+        if roles is None:
+            names = ", ".join(list(GROUPS) + list(LAYER_ROLES + GLOBAL_ROLES))
+            raise ConfigError(f"expected ROLE or ROLE[FIRST:LAST] with ROLE one of {names}, "
+                              f"got {selector!r}", field=field)
+        first = int(match.group(2)) if match.group(2) else None
+        last = int(match.group(3)) if match.group(3) else None
+        tier, _, fraction_text = target.partition(":")
+        tier = tier.strip()
+        if tier not in device.tier_names:
+            raise ConfigError(f"no tier {tier!r} on {device.name}; tiers are "
+                              f"{', '.join(device.tier_names)} (add one with --add-tier)",
+                              field=field)
+        fraction = 1.0
+        if fraction_text:
+            try:
+                fraction = float(fraction_text)
+            except ValueError:
+                fraction = -1.0
+            if not 0.0 < fraction <= 1.0:
+                raise ConfigError(f"expected TIER or TIER:FRACTION with 0 < FRACTION <= 1, got "
+                                  f"{target!r}", field=field)
+        rules.append(PlacementRule(f"{selector}={target}", roles, first, last, tier, fraction))
+    return tuple(rules)
+
+
+# Policies ---------------------------------------------------------------------------------
+
+def spill_tier(device: Device) -> str | None:
+    """The tier that takes what does not fit: the file's ``layout.spill``, else an added tier
+    further out than the weights' home."""
+    if device.layout.spill is not None:
+        return device.layout.spill
+    outer = device.tiers[-1].name
+    if device.tier_index(outer) > device.tier_index(device.layout.weights):
+        return outer
+    return None
+
+
+def policies(device: Device) -> tuple[str, ...]:
+    """The memory strategies this device supports, its own first."""
+    own = device.layout.policy
+    found = [own]
+    spill = spill_tier(device)
+    if own == "sram-resident" and spill is not None:
+        found.append("weight-streaming")
+    if spill is not None and own != "tiered":
+        found.append("tiered")
+    return tuple(found)
+
+
+def default_homes(device: Device, policy: str) -> tuple[str, str]:
+    """Home tiers ``(weights, kv)`` of a policy on this device."""
+    if policy not in policies(device):
+        raise ConfigError(f"{device.name} does not support the {policy!r} policy; it supports "
+                          f"{', '.join(policies(device))}", field="policy")
+    on_chip = device.tiers[0].name
+    if policy == "sram-resident":
+        return on_chip, on_chip
+    if policy == "weight-streaming":
+        return spill_tier(device), on_chip
+    return device.layout.weights, device.layout.kv
+
+
+# Tensor parallel ------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Shard:
+    """What one chip of a tensor-parallel group holds of each layer."""
+
+    tp: int
+    heads: int
+    kv_heads: int
+    ffn: int
+    vocab_rows: int
+
+    @property
+    def q_per_kv(self) -> int:
+        """Query heads sharing one KV head on this chip."""
+        return self.heads // self.kv_heads
+
+
+def shard(model: Model, tp: int) -> Shard:
+    """Megatron-style shards: heads, KV heads (replicated when fewer than chips), FFN columns;
+    the vocabulary split in equal ranges, the last one padded."""
+    if model.heads % tp:
+        raise ConfigError(f"tensor parallel {tp} must divide the {model.heads} attention heads of "
+                          f"{model.name}", field="tp")
+    if model.kv_heads % tp and tp % model.kv_heads:
+        raise ConfigError(f"tensor parallel {tp} must divide the {model.kv_heads} KV heads of "
+                          f"{model.name} or be a multiple of them", field="tp")
+    if model.ffn % tp:
+        raise ConfigError(f"tensor parallel {tp} must divide the FFN width {model.ffn} of "
+                          f"{model.name}", field="tp")
+    return Shard(tp=tp, heads=model.heads // tp, kv_heads=max(1, model.kv_heads // tp),
+                 ffn=model.ffn // tp, vocab_rows=-(-model.vocab // tp))
+
+
+def tp_degrees(model: Model, limit: int) -> list[int]:
+    """Tensor-parallel degrees up to ``limit`` that shard this model."""
+    found = []
+    for tp in range(1, limit + 1):
+        try:
+            shard(model, tp)
+        except ConfigError:
+            continue
+        found.append(tp)
+    return found
+
+
+def collective_steps(topology: str, chips: int) -> int:
+    """Link latencies one pass of a bandwidth-optimal collective waits for, in sequence.
+
+    A ring (and a switch, where NCCL runs a ring) passes chunks ``chips - 1`` times; fully
+    connected chips send every chunk at once; a torus runs a ring along each dimension of a
+    near-cubic factorisation (a mesh is taken as a torus: the missing wrap-around links would
+    halve the bandwidth of the edge rings, which memsim does not model).
+    """
+    if chips <= 1:
+        return 0
+    if topology == "fully-connected":
+        return 1
+    if topology in ("torus-2d", "mesh"):
+        return sum(d - 1 for d in _factor(chips, 2))
+    if topology == "torus-3d":
+        return sum(d - 1 for d in _factor(chips, 3))
+    return chips - 1
+
+
+def _factor(n: int, dims: int) -> list[int]:
+    """``n`` as a product of ``dims`` factors as equal as possible (largest first)."""
+    if dims == 1:
+        return [n]
+    best = [n] + [1] * (dims - 1)
+    for d in range(1, int(round(n ** (1.0 / dims))) + 2):
+        if n % d == 0:
+            rest = _factor(n // d, dims - 1)
+            cand = sorted([d] + rest, reverse=True)
+            if max(cand) < max(best):
+                best = cand
+    return best
+
+
+# Pipeline stages ------------------------------------------------------------------------
+
+def balanced_stages(item_bytes: list[tuple[int, ...]], capacity: tuple[int, ...],
+                    stages: int) -> list[int] | None:
+    """Cut a sequence of items (bytes per tier each) into ``stages`` contiguous stages so that
+    the fullest stage is as empty as possible; ``None`` when no cut fits every stage in
+    ``capacity``. Returns the index of each stage's first item.
+
+    A greedy fill with a capacity cap gives the fewest stages under that cap, so a bisection on
+    the cap finds the balanced cut.
+    """
+    if stages > len(item_bytes):
+        return None
+    lo, hi = 0.0, 1.0
+    best = _greedy(item_bytes, capacity, 1.0)
+    if best is None or len(best) > stages:
+        return None
+    for _ in range(40):
+        mid = (lo + hi) / 2
+        cut = _greedy(item_bytes, capacity, mid)
+        if cut is not None and len(cut) <= stages:
+            hi, best = mid, cut
+        else:
+            lo = mid
+    return _spread(best, len(item_bytes), stages)
+
+
+def _greedy(item_bytes: list[tuple[int, ...]], capacity: tuple[int, ...],
+            share: float) -> list[int] | None:
+    limit = [c * share for c in capacity]
+    starts = [0]
+    used = [0] * len(capacity)
+    for i, item in enumerate(item_bytes):
+        if any(b > lim for b, lim in zip(item, limit)):
+            return None
+        if any(u + b > lim for u, b, lim in zip(used, item, limit)):
+            starts.append(i)
+            used = [0] * len(capacity)
+        used = [u + b for u, b in zip(used, item)]
+    return starts
+
+
+def _spread(starts: list[int], n_items: int, stages: int) -> list[int]:
+    """Add stages (split the longest) until there are ``stages``; splitting never overfills."""
+    starts = list(starts)
+    while len(starts) < stages:
+        ends = starts[1:] + [n_items]
+        longest = max(range(len(starts)), key=lambda s: ends[s] - starts[s])
+        starts.insert(longest + 1, starts[longest] + math.ceil((ends[longest] - starts[longest]) / 2))
+    return starts
