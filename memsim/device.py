@@ -8,6 +8,7 @@ data and validate it again, so a derived device obeys the same rules as a catalo
 from __future__ import annotations
 
 import copy
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -77,6 +78,7 @@ class Device:
     core_name: str
     core_memory: int
     tdp_w: float | None
+    usd_per_chip_hour: float | None
     compute: tuple[tuple[str, float], ...]
     vector_ops_per_s: float
     matrix_unit: tuple[int, int, int]
@@ -142,6 +144,8 @@ class Device:
         """A new, validated device with fields replaced, e.g. ``{"tiers.hbm.bandwidth": "5 TB/s"}``."""
         data = copy.deepcopy(self.data)
         for path, value in overrides.items():
+            if path == "cost.usd_per_chip_hour":
+                value = _number_from_text(value)
             _set_path(data, path, value, file=self.file)
             data.setdefault("sources", {})[path] = f"what-if override: {value}"
         for path in overrides:
@@ -195,6 +199,19 @@ class Device:
         return parse_device(data, file=f"{self.file} (without tier {name})")
 
 
+def _number_from_text(value: Any) -> Any:
+    """A price given as text on the command line (``--set cost.usd_per_chip_hour=3.5``) as a number.
+
+    Anything that is not a plain number is passed on unchanged, for the parser to reject.
+    """
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            return value
+    return value
+
+
 def _tier_position(tiers: list, name: str, file: str) -> int:
     for i, table in enumerate(tiers):
         if isinstance(table, Mapping) and table.get("name") == name:
@@ -203,8 +220,17 @@ def _tier_position(tiers: list, name: str, file: str) -> int:
     raise ConfigError(f"no tier {name!r}; tiers are {names}", file=file, field="tiers")
 
 
+# Optional top-level tables that an override may create when the device has none yet: a price is
+# a fact about the market, not the chip, so a what-if may add one to any device. Other missing
+# tables (a [link] on a chip without a fabric) stay an error.
+_OVERRIDE_CREATES = ("cost",)
+
+
 def _set_path(data: dict, path: str, value: Any, *, file: str) -> None:
-    """Set a dotted path in the raw device data; ``tiers.NAME.FIELD`` addresses a tier by name."""
+    """Set a dotted path in the raw device data; ``tiers.NAME.FIELD`` addresses a tier by name.
+
+    ``cost.usd_per_chip_hour`` creates the [cost] table when the device has none.
+    """
     parts = path.split(".")
     if not path or any(not p for p in parts):
         raise ConfigError("expected a dotted field path such as 'tiers.hbm.bandwidth'",
@@ -220,6 +246,8 @@ def _set_path(data: dict, path: str, value: Any, *, file: str) -> None:
         parts = parts[2:]
     for part in parts[:-1]:
         child = node.get(part) if isinstance(node, dict) else None
+        if child is None and node is data and part in _OVERRIDE_CREATES:
+            child = node[part] = {}
         if not isinstance(child, dict):
             raise ConfigError(f"no table {part!r} in this device", file=file, field=path)
         node = child
@@ -294,6 +322,23 @@ def _parse_link(table: Any, *, file: str, prefix: str, host: bool) -> Link:
     )
 
 
+_COST_FORM = "a positive number of US dollars per chip per hour, e.g. usd_per_chip_hour = 2.99"
+
+
+def _parse_cost(table: Any, *, file: str) -> float:
+    """Validate the optional [cost] table; the price of one chip for one hour, in US dollars."""
+    table = require_table(table, file=file, field="cost")
+    check_keys(table, required=("usd_per_chip_hour",), file=file, prefix="cost.")
+    value = table["usd_per_chip_hour"]
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigError(f"expected {_COST_FORM} (a plain number, no unit), got {value!r}",
+                          file=file, field="cost.usd_per_chip_hour")
+    if not math.isfinite(value) or value <= 0:
+        raise ConfigError(f"expected {_COST_FORM}, got {value!r}", file=file,
+                          field="cost.usd_per_chip_hour")
+    return float(value)
+
+
 def _check_tier_order(tiers: list[Tier], raw: list, *, file: str) -> None:
     """A tier further out may not be both faster and smaller than the one inside, unless noted."""
     if tiers[0].kind != "sram":
@@ -315,7 +360,7 @@ def _check_tier_order(tiers: list[Tier], raw: list, *, file: str) -> None:
 _TOP_REQUIRED = ("schema_version", "name", "display_name", "vendor", "clock", "cores", "core_name",
                  "core_memory", "compute", "matrix_unit", "tile", "tiers", "layout", "overheads",
                  "host_link", "energy")
-_TOP_OPTIONAL = ("tdp", "link", "sources")
+_TOP_OPTIONAL = ("tdp", "link", "cost", "sources")
 
 
 def parse_device(data: Mapping[str, Any], *, file: str) -> Device:
@@ -378,6 +423,7 @@ def parse_device(data: Mapping[str, Any], *, file: str) -> Device:
     tdp = None
     if "tdp" in data:
         tdp = parse_quantity(data["tdp"], "power", file=file, field="tdp")
+    usd_per_chip_hour = _parse_cost(data["cost"], file=file) if "cost" in data else None
     return Device(
         name=require_str(data["name"], file=file, field="name"),
         display_name=require_str(data["display_name"], file=file, field="display_name"),
@@ -387,6 +433,7 @@ def parse_device(data: Mapping[str, Any], *, file: str) -> Device:
         core_name=require_str(data["core_name"], file=file, field="core_name"),
         core_memory=int(_q(data, "core_memory", "capacity", file=file, prefix="")),
         tdp_w=tdp,
+        usd_per_chip_hour=usd_per_chip_hour,
         compute=compute,
         vector_ops_per_s=_q(compute_table, "vector", "compute_rate", file=file, prefix="compute."),
         matrix_unit=tuple(require_int(unit[k], file=file, field=f"matrix_unit.{k}")
