@@ -13,7 +13,7 @@ from memsim.errors import ConfigError
 from memsim.formats import FORMATS
 from memsim.model import model, model_names
 from memsim.units import format_quantity
-from memsim.workload import RESIDENCY_POLICIES, Decode
+from memsim.workload import POLICY_CHOICES, RESIDENCY_POLICIES, Decode
 
 
 def _table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
@@ -146,21 +146,156 @@ def build_device(name: str, sets: Sequence[str] = (), add_tiers: Sequence[str] =
     return dev.with_overrides(overrides) if overrides else dev
 
 
+def _parse_places(pairs: Sequence[str]) -> list[tuple[str, str]]:
+    places = []
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip() or not value.strip():
+            raise ConfigError(f"expected SELECTOR=TIER[:FRACTION] such as kv=cxl or "
+                              f"weights[40:80]=cxl, got {pair!r}", field="--place")
+        places.append((key.strip(), value.strip()))
+    return places
+
+
+def _workload(args: argparse.Namespace, **fields: Any) -> Decode:
+    """The Decode a command's flags describe (``fields`` override them)."""
+    values = dict(batch=args.batch, context=args.context, weights=args.weights, kv=args.kv,
+                  activations=args.activations, steps=args.steps, new_tokens=args.new_tokens,
+                  kv_block=args.kv_block, tile_k=args.tile_k, tile_n=args.tile_n,
+                  residency=args.residency, seed=args.seed, tp=args.tp or 1, pp=args.pp or 1,
+                  microbatches=args.microbatches, policy=args.policy,
+                  placement=_parse_places(args.place))
+    values.update(fields)
+    return Decode(**values)
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from memsim.emulate import emulate
 
     dev = build_device(args.device, args.set, args.add_tier)
-    workload = Decode(batch=args.batch, context=args.context, weights=args.weights, kv=args.kv,
-                      activations=args.activations, steps=args.steps,
-                      new_tokens=args.new_tokens, kv_block=args.kv_block, tile_k=args.tile_k,
-                      tile_n=args.tile_n, residency=args.residency, seed=args.seed)
-    report = emulate(dev, model(args.model), workload)
+    report = emulate(dev, model(args.model), _workload(args))
     if args.json:
         print(report.to_json())
     elif args.csv:
         print(report.to_csv(), end="")
     else:
         print(report.table(per_op=args.ops))
+    return 0
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    from memsim.capacity import capacity_table, smallest_system
+    from memsim.plan import plan_system
+
+    dev = build_device(args.device, args.set, args.add_tier)
+    mod = model(args.model)
+    table = capacity_table(dev, mod, _workload(args))
+    if args.tp or args.pp:
+        system = plan_system(dev, mod, _workload(args))
+    else:
+        chosen, system = smallest_system(dev, mod, _workload(args))
+        if system is None:
+            system = plan_system(dev, mod, _workload(args))   # raises with the shortfall
+    stages = [{"stage": p.stage, "layers": [p.layers[0], p.layers[-1]] if p.layers else [],
+               "weights": p.bytes_by_tier("weight"), "kv": p.bytes_by_tier("kv"),
+               "pinned_bytes": sum(t.bytes for t in p.tensors if t.pinned),
+               "spilled": list(p.spilled),
+               "tensors": [{"name": t.name, "tiers": {p.tier_names[i]: b for i, b in t.tier_bytes},
+                            "pinned": t.pinned} for t in p.tensors if not t.aliased]}
+              for p in system.stages]
+    data = {"device": dev.name, "model": mod.name, "policy": system.policy,
+            "tp": system.workload.tp, "pp": len(system.stages), "chips": system.chips,
+            "microbatches": system.workload.microbatches,
+            "capacity": [c.to_dict() for c in table], "stages": stages}
+    if args.json:
+        print(json.dumps(data, indent=2))
+        return 0
+    print(f"{mod.name} on {dev.name}: policy {system.policy}, {system.chips} chip(s) = tp "
+          f"{system.workload.tp} x pp {len(system.stages)}, {system.workload.microbatches} "
+          f"microbatch(es); bytes each chip of a stage holds:")
+    rows = []
+    for st in stages:
+        span = f"{st['layers'][0]}-{st['layers'][1]}" if st["layers"] else "-"
+        rows.append([st["stage"], span]
+                    + [format_quantity(st["weights"][t], "capacity") for t in dev.tier_names]
+                    + [format_quantity(st["kv"][t], "capacity") for t in dev.tier_names]
+                    + [format_quantity(st["pinned_bytes"], "capacity")])
+    if len(rows) > 12 and not args.all_stages:
+        rows = rows[:5] + [["..."] * len(rows[0])] + rows[-5:]
+    print(_table(["stage", "layers"] + [f"weights {t}" for t in dev.tier_names]
+                 + [f"kv {t}" for t in dev.tier_names] + ["pinned on chip"], rows))
+    for st in stages:
+        for note in st["spilled"]:
+            print(f"  spilled (stage {st['stage']}): {note}")
+    print("\nfewest chips under each policy this device supports:")
+    print(_table(("policy", "chips", "tp", "pp", "fits", "short by"),
+                 [(c.policy, c.chips if c.fits else "-", c.tp if c.fits else "-",
+                   c.pp if c.fits else "-", "yes" if c.fits else c.reason,
+                   format_quantity(c.shortfall_bytes, "capacity") if not c.fits else "")
+                  for c in table]))
+    return 0
+
+
+def _parse_prices(pairs: Sequence[str]) -> dict[str, float]:
+    prices = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        try:
+            price = float(value)
+        except ValueError:
+            price = -1.0
+        if not sep or not key.strip() or price <= 0:
+            raise ConfigError(f"expected DEVICE=USD_PER_CHIP_HOUR such as h100-sxm=2.99, got "
+                              f"{pair!r}", field="--price")
+        prices[key.strip()] = price
+    return prices
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from memsim.compare import compare
+
+    names = [n.strip() for n in args.devices.split(",")] if args.devices else device_names()
+    devices = [build_device(name, (), args.add_tier) for name in names]
+    rows = compare(model(args.model), _workload(args), devices, _parse_prices(args.price))
+    if args.json:
+        print(json.dumps([r.to_dict() for r in rows], indent=2))
+        return 0
+    if args.csv:
+        import csv
+        import io
+        out = io.StringIO()
+        writer = csv.DictWriter(out, fieldnames=list(rows[0].to_dict()), lineterminator="\n")
+        writer.writeheader()
+        for row in rows:
+            writer.writerow(row.to_dict())
+        print(out.getvalue(), end="")
+        return 0
+
+    def num(value: float | None, fmt: str) -> str:
+        return "-" if value is None else format(value, fmt)
+
+    table = []
+    for r in rows:
+        if not r.fits:
+            table.append([r.device, "-", r.policy, "-", "-", "-", "-", "-", "-", "-",
+                          f"short by {format_quantity(r.shortfall_bytes, 'capacity')}: {r.note}"])
+            continue
+        table.append([r.device, f"{r.chips} ({r.tp}x{r.pp})", r.policy,
+                      num(r.time_per_token_s * 1e3, ".2f"), num(r.tokens_per_s, ".1f"),
+                      num(r.tokens_per_s_total, ".1f"),
+                      format_quantity(r.energy_per_token_j, "energy"),
+                      num(r.usd_per_million_tokens, ".2f"), r.bottleneck,
+                      format_quantity(r.off_chip_weight_bytes, "capacity"), r.note])
+    first = rows[0] if rows else None
+    if first is not None:
+        print(f"{args.model}: batch {args.batch}, context {args.context}, weights {args.weights}, "
+              f"kv {args.kv}; each device at the fewest chips that hold it (its own memory "
+              "policy unless that cannot)")
+    print(_table(("device", "chips (tp x pp)", "policy", "ms/token", "tok/s/seq", "tok/s total",
+                  "energy/token", "$/M tokens", "bound by", "off-chip weight B/step", "note"),
+                 table))
+    print("\n$/M tokens: the device file's price per chip-hour (or --price) x chips over the "
+          "aggregate tokens/s; '-' where no price is public.")
     return 0
 
 
@@ -192,6 +327,40 @@ def _parser() -> argparse.ArgumentParser:
     p = sub.add_parser("run", help="emulate decode steps of MODEL on DEVICE")
     p.add_argument("device", help="catalog name or a device .toml file")
     p.add_argument("model", help="catalog name or a model .toml file")
+    _workload_flags(p)
+    out = p.add_mutually_exclusive_group()
+    out.add_argument("--json", action="store_true")
+    out.add_argument("--csv", action="store_true", help="one row per op")
+    out.add_argument("--ops", action="store_true", help="every op of every layer in the table")
+    p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("plan", help="where MODEL's bytes live on DEVICE, and the fewest chips")
+    p.add_argument("device", help="catalog name or a device .toml file")
+    p.add_argument("model", help="catalog name or a model .toml file")
+    _workload_flags(p)
+    p.add_argument("--all-stages", action="store_true", help="list every pipeline stage")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_plan)
+
+    p = sub.add_parser("compare", help="every device at the smallest system that holds MODEL")
+    p.add_argument("model", help="catalog name or a model .toml file")
+    p.add_argument("--devices", default=None, help="comma-separated device names (default: all)")
+    p.add_argument("--price", action="append", default=[], metavar="DEVICE=USD",
+                   help="price per chip-hour, overriding the device file's (repeatable)")
+    _workload_flags(p, parallel=False)
+    out = p.add_mutually_exclusive_group()
+    out.add_argument("--json", action="store_true")
+    out.add_argument("--csv", action="store_true")
+    p.set_defaults(func=cmd_compare)
+
+    p = sub.add_parser("bench", help="measure the walkers' speed (ratios against a bare loop)")
+    p.add_argument("--quick", action="store_true", help="smaller workloads")
+    p.set_defaults(func=cmd_bench)
+    return parser
+
+
+def _workload_flags(p: argparse.ArgumentParser, *, parallel: bool = True) -> None:
+    """The flags that describe a Decode workload and device what-ifs."""
     p.add_argument("--batch", type=int, default=1)
     p.add_argument("--context", type=int, default=4096,
                    help="tokens in each sequence's KV cache before the first step")
@@ -209,16 +378,18 @@ def _parser() -> argparse.ArgumentParser:
                    help="device what-if, e.g. --set tiers.hbm.bandwidth=5TB/s (repeatable)")
     p.add_argument("--add-tier", action="append", default=[], metavar="TEMPLATE",
                    help="add a tier template outermost, e.g. cxl-gen5-x16 (repeatable)")
-    out = p.add_mutually_exclusive_group()
-    out.add_argument("--json", action="store_true")
-    out.add_argument("--csv", action="store_true", help="one row per op")
-    out.add_argument("--ops", action="store_true", help="every op of every layer in the table")
-    p.set_defaults(func=cmd_run)
-
-    p = sub.add_parser("bench", help="measure the walkers' speed (ratios against a bare loop)")
-    p.add_argument("--quick", action="store_true", help="smaller workloads")
-    p.set_defaults(func=cmd_bench)
-    return parser
+    p.add_argument("--place", action="append", default=[], metavar="SELECTOR=TIER[:FRACTION]",
+                   help="placement rule, e.g. kv=cxl, weights[40:80]=cxl, weights=cxl:0.3 "
+                        "(repeatable, later rules win)")
+    p.add_argument("--policy", choices=POLICY_CHOICES, default="auto",
+                   help="memory strategy (auto: the device's own, tiered when it must spill)")
+    if parallel:
+        p.add_argument("--tp", type=int, default=None, help="tensor-parallel chips")
+        p.add_argument("--pp", type=int, default=None, help="pipeline stages")
+        p.add_argument("--microbatches", type=int, default=None,
+                       help="microbatches in flight (default: largest divisor of batch <= pp)")
+    else:
+        p.set_defaults(tp=None, pp=None, microbatches=None)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

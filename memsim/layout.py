@@ -233,6 +233,13 @@ def balanced_stages(item_bytes: list[tuple[int, ...]], capacity: tuple[int, ...]
     return _spread(best, len(item_bytes), stages)
 
 
+def fewest_stage_cut(item_bytes: list[tuple[int, ...]],
+                     capacity: tuple[int, ...]) -> list[int] | None:
+    """The fewest contiguous stages that fit ``capacity`` (a greedy fill is optimal); ``None``
+    when one item alone does not fit."""
+    return _greedy(item_bytes, capacity, 1.0)
+
+
 def _greedy(item_bytes: list[tuple[int, ...]], capacity: tuple[int, ...],
             share: float) -> list[int] | None:
     limit = [c * share for c in capacity]

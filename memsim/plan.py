@@ -563,7 +563,8 @@ def _spill(device: Device, tensors: list[Tensor]) -> tuple[list[Tensor], tuple[s
         where = f"layers {in_layers[0]}-{in_layers[-1]}" if in_layers else "head"
         if -1 in layers:
             where += " and the embedding/head" if in_layers else ""
-        notes.append(f"{kind} of {where} moved from {device.tiers[tier].name} to "
+        what = "weights" if kind == "weight" else "KV caches"
+        notes.append(f"{what} of {where} moved from {device.tiers[tier].name} to "
                      f"{device.tiers[spill].name} ({format_quantity(nbytes, 'capacity')})")
     return out, tuple(notes)
 

@@ -1,0 +1,90 @@
+"""The landscape's comparison table, from first principles: every device at the smallest system
+that holds a model, emulated, with its time, energy and cost per token."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+
+from memsim.capacity import capacity_table, smallest_system
+from memsim.device import Device, device as catalog_device, device_names
+from memsim.emulate import run_system
+from memsim.model import Model
+from memsim.units import format_quantity
+from memsim.workload import Decode
+
+SECONDS_PER_HOUR = 3600.0
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """One device's row: the configuration, what a warm decode step costs, and what bounds it."""
+
+    device: str
+    display_name: str
+    fits: bool
+    policy: str
+    chips: int
+    tp: int
+    pp: int
+    time_per_token_s: float | None = None
+    tokens_per_s: float | None = None            # one sequence
+    tokens_per_s_total: float | None = None      # the whole batch
+    energy_per_token_j: float | None = None
+    usd_per_chip_hour: float | None = None
+    usd_per_million_tokens: float | None = None  # None where no price is known
+    bottleneck: str = ""
+    off_chip_weight_bytes: int | None = None     # warm step, all chips
+    link_bytes: int | None = None                # warm step, all chips
+    shortfall_bytes: int = 0
+    note: str = ""
+
+    def to_dict(self) -> dict:
+        """Plain data."""
+        return asdict(self)
+
+
+def usd_per_million_tokens(usd_per_chip_hour: float, chips: int, tokens_per_s: float) -> float:
+    """What a million tokens cost when ``chips`` rented chips make ``tokens_per_s`` together."""
+    return usd_per_chip_hour * chips / (tokens_per_s * SECONDS_PER_HOUR) * 1e6
+
+
+def compare_device(dev: Device, model: Model, workload: Decode,
+                   usd_per_chip_hour: float | None = None) -> Comparison:
+    """One device at its smallest configuration (its own policy unless that cannot hold it)."""
+    price = usd_per_chip_hour if usd_per_chip_hour is not None else dev.usd_per_chip_hour
+    table = capacity_table(dev, model, workload)
+    config, system = smallest_system(dev, model, workload, table)
+    own = table[0]
+    fallback = ([] if own.fits or not config.fits else
+                [f"its own {own.policy} policy cannot hold it ({own.reason}; short by "
+                 f"{format_quantity(own.shortfall_bytes, 'capacity')})"])
+    if system is None:
+        return Comparison(dev.name, dev.display_name, False, config.policy, 0, 0, 0,
+                          usd_per_chip_hour=price, shortfall_bytes=config.shortfall_bytes,
+                          note=config.reason)
+    report = run_system(system)
+    spilled = [note for h in report.holdings for note in h.spilled]
+    return Comparison(
+        device=dev.name, display_name=dev.display_name, fits=True, policy=config.policy,
+        chips=config.chips, tp=config.tp, pp=config.pp,
+        time_per_token_s=report.time_per_token, tokens_per_s=report.tokens_per_s,
+        tokens_per_s_total=report.tokens_per_s_total,
+        energy_per_token_j=report.energy_per_token, usd_per_chip_hour=price,
+        usd_per_million_tokens=(usd_per_million_tokens(price, config.chips,
+                                                       report.tokens_per_s_total)
+                                if price is not None else None),
+        bottleneck=report.bottleneck, off_chip_weight_bytes=report.off_chip_weight_bytes,
+        link_bytes=report.link_bytes,
+        note="; ".join(fallback + spilled[:1] + ([f"and {len(spilled) - 1} more spills"]
+                                                 if len(spilled) > 1 else [])),
+    )
+
+
+def compare(model: Model, workload: Decode, devices: Sequence[Device | str] | None = None,
+            prices: Mapping[str, float] | None = None) -> list[Comparison]:
+    """Every catalog device (or those given) at its smallest system, in catalog order."""
+    prices = dict(prices or {})
+    chosen = [catalog_device(d) if isinstance(d, str) else d
+              for d in (devices if devices is not None else device_names())]
+    return [compare_device(d, model, workload, prices.get(d.name)) for d in chosen]
