@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from memsim.device import Device, device, device_names
-from memsim.errors import ConfigError
+from memsim.errors import CapacityError, ConfigError
 from memsim.formats import FORMATS
 from memsim.model import model, model_names
 from memsim.units import format_quantity
@@ -190,12 +190,16 @@ def cmd_plan(args: argparse.Namespace) -> int:
     dev = build_device(args.device, args.set, args.add_tier)
     mod = model(args.model)
     table = capacity_table(dev, mod, _workload(args))
-    if args.tp or args.pp:
+    refusal = None
+    try:
         system = plan_system(dev, mod, _workload(args))
-    else:
-        chosen, system = smallest_system(dev, mod, _workload(args))
+    except CapacityError as exc:
+        if args.tp or args.pp:
+            raise
+        refusal = str(exc)
+        chosen, system = smallest_system(dev, mod, _workload(args), table)
         if system is None:
-            system = plan_system(dev, mod, _workload(args))   # raises with the shortfall
+            raise
     stages = [{"stage": p.stage, "layers": [p.layers[0], p.layers[-1]] if p.layers else [],
                "weights": p.bytes_by_tier("weight"), "kv": p.bytes_by_tier("kv"),
                "pinned_bytes": sum(t.bytes for t in p.tensors if t.pinned),
@@ -203,13 +207,16 @@ def cmd_plan(args: argparse.Namespace) -> int:
                "tensors": [{"name": t.name, "tiers": {p.tier_names[i]: b for i, b in t.tier_bytes},
                             "pinned": t.pinned} for t in p.tensors if not t.aliased]}
               for p in system.stages]
-    data = {"device": dev.name, "model": mod.name, "policy": system.policy,
+    data = {"device": dev.name, "model": mod.name, "one_chip_refusal": refusal,
+            "policy": system.policy,
             "tp": system.workload.tp, "pp": len(system.stages), "chips": system.chips,
             "microbatches": system.workload.microbatches,
             "capacity": [c.to_dict() for c in table], "stages": stages}
     if args.json:
         print(json.dumps(data, indent=2))
         return 0
+    if refusal:
+        print(f"as given it does not fit: {refusal}\nthe smallest system that holds it:")
     print(f"{mod.name} on {dev.name}: policy {system.policy}, {system.chips} chip(s) = tp "
           f"{system.workload.tp} x pp {len(system.stages)}, {system.workload.microbatches} "
           f"microbatch(es); bytes each chip of a stage holds:")

@@ -87,3 +87,67 @@ def test_bad_input_is_one_line_exit_2(capsys, argv, field):
     assert err.startswith("memsim: error:") and err.count("\n") == 1
     assert field in err
     assert "Traceback" not in err
+
+
+def test_plan_prints_placement_and_the_fewest_chips(capsys):
+    code, out, _ = run(capsys, "plan", "groq-lpu", "llama-3.2-1b", "--weights", "int8")
+    assert code == 0
+    assert "policy sram-resident" in out and "fewest chips under each policy" in out
+    code, out, _ = run(capsys, "plan", "h100-sxm", "llama-3-70b", "--add-tier", "cxl-gen5-x16",
+                       "--json")
+    data = json.loads(out)
+    assert data["policy"] == "tiered" and data["chips"] == 1
+    assert data["stages"][0]["weights"]["cxl"] > 0 and data["stages"][0]["spilled"]
+    assert {row["policy"] for row in data["capacity"]} == {"hbm-centric", "tiered"}
+
+
+def test_run_with_parallelism_and_placement(capsys):
+    code, out, _ = run(capsys, "run", "h100-sxm", "llama-3-8b", "--tp", "2", "--pp", "2",
+                       "--batch", "4", "--context", "256", "--json")
+    data = json.loads(out)
+    assert code == 0 and data["chips"] == 4 and data["link_bytes"] > 0
+    code, out, _ = run(capsys, "run", "h100-sxm", "llama-3.2-1b", "--add-tier", "cxl-gen5-x16",
+                       "--place", "kv=cxl", "--place", "weights[0:4]=cxl:0.5", "--json")
+    data = json.loads(out)
+    assert data["bytes_read"]["cxl"] > 0
+
+
+@pytest.mark.parametrize("argv, field", [
+    (("run", "h100-sxm", "llama-3.2-1b", "--place", "kv"), "--place"),
+    (("run", "h100-sxm", "llama-3.2-1b", "--place", "kv=cxl"), "placement.kv"),
+    (("run", "h100-sxm", "llama-3-70b", "--tp", "3"), "tp"),
+    (("compare", "llama-3.2-1b", "--price", "h100-sxm=free"), "--price"),
+])
+def test_layout_flags_fail_in_one_line(capsys, argv, field):
+    code, out, err = run(capsys, *argv)
+    assert code == 2 and out == ""
+    assert err.startswith("memsim: error:") and field in err and len(err.splitlines()) == 1
+
+
+def test_compare_covers_the_devices_asked_for(capsys):
+    code, out, _ = run(capsys, "compare", "llama-3.2-1b", "--devices", "h100-sxm,groq-lpu",
+                       "--price", "h100-sxm=2.5", "--json")
+    rows = json.loads(out)
+    assert code == 0 and [r["device"] for r in rows] == ["h100-sxm", "groq-lpu"]
+    assert rows[0]["usd_per_chip_hour"] == 2.5 and rows[0]["usd_per_million_tokens"] > 0
+    assert rows[1]["off_chip_weight_bytes"] == 0 and rows[1]["usd_per_million_tokens"] is None
+    code, out, _ = run(capsys, "compare", "llama-3.2-1b", "--devices", "h100-sxm", "--csv")
+    assert out.splitlines()[0].startswith("device,display_name,fits")
+    code, out, _ = run(capsys, "compare", "llama-3.2-1b", "--devices", "tpu-v5e")
+    assert "tpu-v5e" in out and "ms/token" in out
+
+
+def test_compare_llama_70b_covers_every_catalog_device(capsys):
+    """The landscape's table: every device gets a configuration and a time per token, and the
+    SRAM-resident machines read no weight from off chip in a warm step."""
+    from memsim.device import device, device_names
+    code, out, _ = run(capsys, "compare", "llama-3-70b", "--batch", "1", "--json")
+    rows = {r["device"]: r for r in json.loads(out)}
+    assert code == 0 and set(rows) == set(device_names())
+    for name, row in rows.items():
+        assert row["fits"] and row["chips"] >= 1 and row["time_per_token_s"] > 0, name
+        if row["policy"] == "sram-resident":
+            assert row["off_chip_weight_bytes"] == 0
+        if device(name).layout.policy == "sram-resident" and row["policy"] != "sram-resident":
+            assert "cannot hold" in row["note"]
+    assert rows["groq-lpu"]["policy"] == rows["wse-3"]["policy"] == "sram-resident"
