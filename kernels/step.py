@@ -67,7 +67,9 @@ C_ROWS_HERE = 28    # embedding rows this chip holds (a vocabulary-parallel shar
 C_CHIPS = 29        # chips taking part in a collective
 C_PASSES = 30       # 2: all-reduce (reduce-scatter then all-gather); 1: all-gather
 C_LINK_STEPS = 31   # link hops one pass of the collective waits for, in sequence
-N_INT_COLS = 32
+C_TOKEN_BASE = 32   # embedding: index of this microbatch's first token among the step's tokens
+C_STEP_TOKENS = 33  # embedding: tokens the whole batch looks up per step
+N_INT_COLS = 34
 
 # Columns of the float64 op table.
 F_PEAK = 0          # matrix operations/s the op runs at (whole chip)
@@ -348,6 +350,13 @@ def _mix(x):
 
 
 @jit_inline
+def token_id(seed, index, vocab):
+    """The ``index``-th token id a run with ``seed`` looks up (deterministic, uniform)."""
+    return np.int64(_mix(np.uint64(seed) * np.uint64(1000003) + np.uint64(index))
+                    % np.uint64(vocab))
+
+
+@jit_inline
 def _fetch(tensor, t, bits, home, pinned, a):
     """Bring tile ``t`` of ``tensor`` to the compute; True when the on-chip tier already held it."""
     if home == 0:
@@ -565,19 +574,28 @@ def _attention(op, op_int, op_float, step, n_cores, vector_rate, tier_bandwidth,
 @jit
 def _kv_append(op, op_int, step, n_cores, tier_bandwidth, tier_latency_s, tier_granularity,
                written_bits, results, times, wave_bits):
-    """Write each sequence's new K and V rows of every KV head to the tier of their block."""
+    """Write each sequence's new K and V rows of every KV head to the tier of their block.
+
+    The new tokens of one stream are one write per tier they land on (blocks below the split on
+    ``C_HOME``, the others on ``C_HOME_HI``), each rounded up to that tier's access granularity.
+    """
     streams = op_int[op, C_BATCH] * op_int[op, C_KV_HEADS]
     new_tokens = op_int[op, C_NEW_TOKENS]
-    block = (op_int[op, C_CONTEXT] + step * new_tokens) // op_int[op, C_KV_BLOCK]
-    home = op_int[op, C_HOME] if block < op_int[op, C_SPLIT] else op_int[op, C_HOME_HI]
-    write_bits = 8 * _round_up((new_tokens * op_int[op, C_KV_ROW_BITS] + 7) // 8,
-                               tier_granularity[home])
-    total = streams * 2 * write_bits
-    written_bits[op, home] += total
+    first = op_int[op, C_CONTEXT] + step * new_tokens
+    boundary = op_int[op, C_SPLIT] * op_int[op, C_KV_BLOCK]      # first token on C_HOME_HI
+    low = min(new_tokens, max(0, boundary - first))
+    for part in range(2):
+        count = low if part == 0 else new_tokens - low
+        if count == 0:
+            continue
+        home = op_int[op, C_HOME] if part == 0 else op_int[op, C_HOME_HI]
+        write_bits = 8 * _round_up((count * op_int[op, C_KV_ROW_BITS] + 7) // 8,
+                                   tier_granularity[home])
+        written_bits[op, home] += streams * 2 * write_bits
+        wave_bits[home] += streams * 2 * write_bits
     act = streams * 2 * new_tokens * op_int[op, C_HEAD_DIM] * op_int[op, C_ACT_BITS]
     results[op, R_ACT_READ_BITS] += act
     wave_bits[0] += act
-    wave_bits[home] += total
     results[op, R_WAVES] += (streams + n_cores - 1) // n_cores
     _close_wave(op, wave_bits, 0.0, tier_bandwidth, tier_latency_s, times)
 
@@ -601,9 +619,9 @@ def _vector_op(op, op_int, step, seed, vector_rate, tier_bandwidth, tier_latency
     miss_bits = 0
     if op_int[op, C_KIND] == OP_EMBED:
         tokens = np.empty(m, dtype=np.int64)
+        base = step * op_int[op, C_STEP_TOKENS] + op_int[op, C_TOKEN_BASE]
         for r in range(m):
-            tokens[r] = np.int64(_mix(np.uint64(seed) * np.uint64(1000003)
-                                      + np.uint64(step * m + r)) % np.uint64(op_int[op, C_N]))
+            tokens[r] = token_id(seed, base + r, op_int[op, C_N])
         tokens.sort()
         n_rows = m
         vector_ops = 0

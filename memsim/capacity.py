@@ -54,7 +54,7 @@ def _item_bytes(device: Device, model: Model, workload: Decode, policy: str,
     sized = dataclasses.replace(workload, tp=tp, pp=1, microbatches=1)
     tile_n = workload.tile_n or device.tile_n
     final_tokens = workload.context + workload.steps * workload.new_tokens
-    placer = _Placer(device, model, sized, policy, parse_placement(workload.placement, device),
+    placer = _Placer(device, model, sized, policy, parse_placement(workload.placement, device, model.layers),
                      tile_n)
     items = _item_specs(model, sized, shard(model, tp), tile_n, final_tokens, workload.batch)
     return [tuple(sum(placer.place(spec).bytes_on(i) for spec in item)
@@ -87,7 +87,9 @@ def fewest_chips(device: Device, model: Model, workload: Decode, policy: str) ->
         stages = _fewest_stages(device, model, workload, policy, tp)
         if stages is None:
             continue
-        for pp in range(stages, limit // tp + 1):
+        # a tied LM head costs nothing extra when one stage also holds the embedding
+        first_pp = 1 if model.tied_embeddings else stages
+        for pp in range(first_pp, limit // tp + 1):
             if fitting and tp * pp > min(c.chips for c, _ in fitting):
                 break
             trial = dataclasses.replace(workload, tp=tp, pp=pp, microbatches=None, policy=policy)

@@ -49,6 +49,44 @@ def run_step(plan: Plan, residency: Residency, step: int) -> StepCounts:
     return counts
 
 
+def peer_embedding_counts(plan: Plan, step: int) -> StepCounts:
+    """What the other chips of a tensor-parallel group read for the embedding lookup.
+
+    The table is split by vocabulary ranges; each token's row is read by the chip that owns it.
+    The emulated chip is the first; the others' rows are counted here, read from their home tier
+    (their own on-chip reuse of embedding rows across steps is not emulated: a row is a miss
+    unless its home is on chip).
+    """
+    n_ops, n_tiers = plan.n_ops, len(plan.tier_names)
+    counts = StepCounts(step=step, read_bits=np.zeros((n_ops, n_tiers), dtype=np.int64),
+                        written_bits=np.zeros((n_ops, n_tiers), dtype=np.int64),
+                        results=np.zeros((n_ops, k.N_RESULT_COLS), dtype=np.int64),
+                        times=np.zeros((n_ops, n_tiers + 4)))
+    if plan.workload.tp == 1:
+        return counts
+    for op in np.flatnonzero(plan.op_int[:, k.C_KIND] == k.OP_EMBED):
+        row = plan.op_int[op]
+        row_bits = int(k._tile_bits(0, row[k.C_K], 1, row[k.C_ELEM_BITS], row[k.C_GROUP],
+                                    row[k.C_META_BITS], row[k.C_PADDED]))
+        rows_here = int(row[k.C_ROWS_HERE])
+        base = step * int(row[k.C_STEP_TOKENS]) + int(row[k.C_TOKEN_BASE])
+        for r in range(int(row[k.C_M])):
+            token = int(k.token_id(plan.workload.seed, base + r, int(row[k.C_N])))
+            owner, local = divmod(token, rows_here)
+            if owner == 0:
+                continue
+            home = int(row[k.C_HOME] if local < row[k.C_SPLIT] else row[k.C_HOME_HI])
+            counts.read_bits[op, 0] += row_bits
+            if home == 0:
+                counts.results[op, k.R_HITS] += 1
+                counts.results[op, k.R_HIT_BITS] += row_bits
+            else:
+                counts.read_bits[op, home] += row_bits
+                counts.written_bits[op, 0] += row_bits
+                counts.results[op, k.R_MISSES] += 1
+    return counts
+
+
 def _concatenate(parts: list[StepCounts]) -> StepCounts:
     """One step of every stage, ops in stage order."""
     return StepCounts(
@@ -102,14 +140,17 @@ def run_system(system: SystemPlan) -> Report:
     op_micro = np.concatenate([p.op_microbatch for p in stages])
     op_int = np.concatenate([p.op_int for p in stages])
     weight_ops = np.isin(op_int[:, k.C_KIND], (k.OP_EMBED, k.OP_NORM, k.OP_MATMUL))
+    peer_ops = (op_int[:, k.C_KIND] == k.OP_EMBED) & (workload.tp > 1)
     summaries = []
     cold = warm = None
     for step in range(workload.steps):
         counts = _concatenate([run_step(plan, res, step)
                                for plan, res in zip(stages, residencies)])
+        peers = _concatenate([peer_embedding_counts(plan, step) for plan in stages])
         summaries.append(summarize(counts, tier_names, energy, dev.energy_j_per_flop,
                                    op_stage=op_stage, op_micro=op_micro, weight_ops=weight_ops,
-                                   tp=workload.tp, link_energy_j_per_byte=link_energy))
+                                   tp=workload.tp, link_energy_j_per_byte=link_energy,
+                                   peers=peers, peer_ops=peer_ops))
         if step == 0:
             cold = counts
         warm = counts

@@ -55,8 +55,9 @@ class PlacementRule:
         return layer in range(n_layers)[slice(self.first, self.last)]
 
 
-def parse_placement(pairs: tuple[tuple[str, str], ...], device: Device) -> tuple[PlacementRule, ...]:
-    """Validate ``selector -> target`` pairs against the device's tiers."""
+def parse_placement(pairs: tuple[tuple[str, str], ...], device: Device,
+                    n_layers: int) -> tuple[PlacementRule, ...]:
+    """Validate ``selector -> target`` pairs against the device's tiers and the model's layers."""
     rules = []
     for selector, target in pairs:
         field = f"placement.{selector}"
@@ -65,19 +66,26 @@ def parse_placement(pairs: tuple[tuple[str, str], ...], device: Device) -> tuple
         if roles is None and match and match.group(1) in LAYER_ROLES + GLOBAL_ROLES:
             roles = frozenset({match.group(1)})
         if roles is None:
-            names = ", ".join(list(GROUPS) + list(LAYER_ROLES + GLOBAL_ROLES))
+            names = ", ".join(dict.fromkeys(list(GROUPS) + list(LAYER_ROLES + GLOBAL_ROLES)))
             raise ConfigError(f"expected ROLE or ROLE[FIRST:LAST] with ROLE one of {names}, "
                               f"got {selector!r}", field=field)
         first = int(match.group(2)) if match.group(2) else None
         last = int(match.group(3)) if match.group(3) else None
-        tier, _, fraction_text = target.partition(":")
+        sliced = "[" in selector
+        if sliced and roles <= set(GLOBAL_ROLES):
+            raise ConfigError(f"{match.group(1)} is not in a layer: a layer range selects "
+                              "nothing", field=field)
+        if sliced and not range(n_layers)[slice(first, last)]:
+            raise ConfigError(f"layers [{match.group(2)}:{match.group(3)}] select none of the "
+                              f"{n_layers} layers", field=field)
+        tier, sep, fraction_text = target.partition(":")
         tier = tier.strip()
         if tier not in device.tier_names:
             raise ConfigError(f"no tier {tier!r} on {device.name}; tiers are "
                               f"{', '.join(device.tier_names)} (add one with --add-tier)",
                               field=field)
         fraction = 1.0
-        if fraction_text:
+        if sep:
             try:
                 fraction = float(fraction_text)
             except ValueError:
@@ -193,15 +201,15 @@ def collective_steps(topology: str, chips: int) -> int:
 
 
 def _factor(n: int, dims: int) -> list[int]:
-    """``n`` as a product of ``dims`` factors as equal as possible (largest first)."""
+    """``n`` as a product of ``dims`` factors with the fewest ring hops (smallest sum of
+    ``d - 1``), largest first."""
     if dims == 1:
         return [n]
     best = [n] + [1] * (dims - 1)
-    for d in range(1, int(round(n ** (1.0 / dims))) + 2):
+    for d in range(1, n + 1):
         if n % d == 0:
-            rest = _factor(n // d, dims - 1)
-            cand = sorted([d] + rest, reverse=True)
-            if max(cand) < max(best):
+            cand = sorted([d] + _factor(n // d, dims - 1), reverse=True)
+            if sum(cand) < sum(best):
                 best = cand
     return best
 

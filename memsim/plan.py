@@ -194,14 +194,17 @@ class _Placer:
         weights, kv = default_homes(device, policy)
         self.homes = {"weight": device.tier_index(weights), "kv": device.tier_index(kv)}
 
-    def place(self, spec: _Spec, home: int | None = None) -> Tensor:
-        default = self.homes[spec.kind] if home is None else home
+    def place(self, spec: _Spec) -> Tensor:
+        default = self.homes[spec.kind]
         lo = hi = default
         split = 0
-        if home is None:
-            for rule in self.rules:
-                if rule.matches(spec.role, spec.layer, self.model.layers):
-                    lo, hi, split = self._apply(spec, rule, default)
+        # a tied LM head and its embedding are one table: a rule for either places both
+        roles = [spec.role]
+        if self.model.tied_embeddings and spec.role in ("embedding", "lm_head"):
+            roles = ["embedding", "lm_head"]
+        for rule in self.rules:
+            if any(rule.matches(role, spec.layer, self.model.layers) for role in roles):
+                lo, hi, split = self._apply(spec, rule, default)
         return Tensor(spec.name, spec.kind, spec.role, spec.layer, lo, hi, split,
                       self._tier_bytes(spec, lo, hi, split))
 
@@ -212,7 +215,10 @@ class _Placer:
             return target, target, 0
         if spec.kind == "kv":            # the oldest blocks go far, recent ones stay
             return target, default, far
-        return default, target, spec.units - far
+        split = spec.units - far
+        if spec.role == "embedding":     # whole column tiles of a tied LM head
+            split -= split % self.tile_n
+        return default, target, split
 
     def _tier_bytes(self, spec: _Spec, lo: int, hi: int, split: int) -> tuple[tuple[int, int], ...]:
         tiers = self.device.tiers
@@ -310,13 +316,14 @@ def _check_chips(device: Device, workload: Decode) -> None:
     if workload.chips > device.link.max_chips:
         raise ConfigError(f"tp x pp = {workload.chips} chips exceeds the {device.link.max_chips} "
                           f"chips one {device.name} link domain connects (link.max_chips)",
-                          file=device.file, field="tp")
+                          file=device.file,
+                          field="tp" if workload.tp > device.link.max_chips else "pp")
 
 
 def _plan_policy(device: Device, model: Model, workload: Decode, policy: str) -> SystemPlan:
     _check_chips(device, workload)
     sh = shard(model, workload.tp)
-    rules = parse_placement(workload.placement, device)
+    rules = parse_placement(workload.placement, device, model.layers)
     tile_n = workload.tile_n or device.tile_n
     final_tokens = workload.context + workload.steps * workload.new_tokens
     placer = _Placer(device, model, workload, policy, rules, tile_n)
@@ -391,7 +398,10 @@ def _plan_stage(device: Device, model: Model, workload: Decode, policy: str, sh:
                     index[spec.name] = len(tensors)
                     tensors.append(placer.place(spec))
     if "lm_head" in index and "embedding" in index and model.tied_embeddings:
-        tensors[index["lm_head"]] = dataclasses.replace(tensors[index["lm_head"]], aliased=True)
+        embedding = tensors[index["embedding"]]
+        tensors[index["lm_head"]] = dataclasses.replace(
+            tensors[index["lm_head"]], home=embedding.home, home_hi=embedding.home_hi,
+            split=embedding.split // tile_n, tier_bytes=embedding.tier_bytes, aliased=True)
 
     spilled: tuple[str, ...] = ()
     if policy == "tiered":
@@ -439,6 +449,8 @@ def _plan_stage(device: Device, model: Model, workload: Decode, policy: str, sh:
         row[k.C_CHIPS] = chips
         row[k.C_PASSES] = passes
         row[k.C_LINK_STEPS] = steps_per_pass
+        row[k.C_TOKEN_BASE] = micro * m_rows
+        row[k.C_STEP_TOKENS] = workload.batch * workload.new_tokens
         rows.append(row)
         floats.append((peak, dequant))
         op_names.append(name)
@@ -533,10 +545,11 @@ def _need(tensors: list[Tensor]) -> dict[int, int]:
 
 def _spill(device: Device, tensors: list[Tensor]) -> tuple[list[Tensor], tuple[str, ...]]:
     """Tiered policy: move whole layers' weights, the last layer first, from an overfull tier to
-    the spill tier until the rest fits; then, if still short, the KV caches, oldest layer last."""
+    the spill tier until the rest fits; then, if still short, the KV caches, the last layer
+    first. A tensor with any bytes on the overfull tier moves whole."""
     spill = device.tier_index(spill_tier(device))
     out = list(tensors)
-    moved: dict[tuple[int, str], list[int]] = {}
+    notes = []
     for kind in ("weight", "kv"):
         need = _need(out)
         over = [t for t, b in need.items() if t != spill and b > device.tiers[t].capacity]
@@ -545,27 +558,33 @@ def _spill(device: Device, tensors: list[Tensor]) -> tuple[list[Tensor], tuple[s
         tier = over[0]
         by_layer: dict[int, list[int]] = {}
         for i, tensor in enumerate(out):
-            if tensor.kind == kind and tensor.tier_bytes == ((tier, tensor.bytes),):
+            if tensor.kind == kind and tensor.bytes_on(tier) > 0 and not tensor.aliased:
                 by_layer.setdefault(tensor.layer, []).append(i)
+        moved_layers: list[int] = []
+        moved_bytes = 0
         for layer in sorted(by_layer, reverse=True):
             if _need(out).get(tier, 0) <= device.tiers[tier].capacity:
                 break
             for i in by_layer[layer]:
                 tensor = out[i]
+                moved_bytes += tensor.bytes_on(tier)
                 out[i] = dataclasses.replace(tensor, home=spill, home_hi=spill, split=0,
                                              tier_bytes=((spill, tensor.bytes),))
-                moved.setdefault((tier, kind), []).append(layer)
-    notes = []
-    for (tier, kind), layers in moved.items():
-        in_layers = sorted({x for x in layers if x >= 0})
-        nbytes = sum(out[i].bytes for i in range(len(out))
-                     if out[i].kind == kind and out[i].home == spill and not out[i].aliased)
-        where = f"layers {in_layers[0]}-{in_layers[-1]}" if in_layers else "head"
-        if -1 in layers:
-            where += " and the embedding/head" if in_layers else ""
+            moved_layers.append(layer)
+        if not moved_layers:
+            continue
+        in_layers = sorted(x for x in moved_layers if x >= 0)
+        where = f"layers {in_layers[0]}-{in_layers[-1]}" if in_layers else ""
+        if -1 in moved_layers:
+            where += (" and " if where else "") + "the embedding and head"
         what = "weights" if kind == "weight" else "KV caches"
         notes.append(f"{what} of {where} moved from {device.tiers[tier].name} to "
-                     f"{device.tiers[spill].name} ({format_quantity(nbytes, 'capacity')})")
+                     f"{device.tiers[spill].name} ({format_quantity(moved_bytes, 'capacity')})")
+    embedding = next((t for t in out if t.role == "embedding"), None)
+    if embedding is not None and embedding.home == embedding.home_hi == spill:
+        out = [dataclasses.replace(t, home=spill, home_hi=spill, split=0,
+                                   tier_bytes=embedding.tier_bytes) if t.aliased else t
+               for t in out]
     return out, tuple(notes)
 
 
@@ -592,18 +611,27 @@ def _check_capacity(device: Device, model: Model, workload: Decode, tensors: lis
 
 
 def _pin(tensors: list[Tensor], residency: str, on_chip_bytes: int) -> tuple[list[Tensor], int]:
-    """Under the pinned policy, pin off-chip weights in order while they fit on chip."""
+    """Under the pinned policy, pin off-chip weights in order while they fit on chip.
+
+    An untied embedding table comes last: a step reads only a few of its rows, so it is worth
+    pinning only with room to spare. An aliased LM head shares the embedding's pin.
+    """
     if residency != "pinned":
         return tensors, 0
     free = on_chip_bytes - sum(t.bytes_on(0) for t in tensors if not t.aliased)
+    tied = any(t.aliased for t in tensors)
+    candidates = [i for i, t in enumerate(tensors)
+                  if t.kind == "weight" and not t.aliased and t.bytes_on(0) == 0]
+    candidates.sort(key=lambda i: tensors[i].role == "embedding" and not tied)
+    pinned: set[int] = set()
     pinned_bytes = 0
-    out = []
-    for tensor in tensors:
-        pin = (tensor.kind == "weight" and not tensor.aliased and tensor.bytes_on(0) == 0
-               and pinned_bytes + tensor.bytes <= free)
-        if pin:
-            pinned_bytes += tensor.bytes
-        out.append(dataclasses.replace(tensor, pinned=pin))
+    for i in candidates:
+        if pinned_bytes + tensors[i].bytes <= free:
+            pinned.add(i)
+            pinned_bytes += tensors[i].bytes
+    embedding_pinned = any(tensors[i].role == "embedding" for i in pinned)
+    out = [dataclasses.replace(t, pinned=(i in pinned) or (t.aliased and embedding_pinned))
+           for i, t in enumerate(tensors)]
     return out, 8 * pinned_bytes
 
 

@@ -406,10 +406,17 @@ def _bound_labels(tier_names: tuple[str, ...]) -> tuple[str, ...]:
 
 def summarize(counts: StepCounts, tier_names: tuple[str, ...], energy_j_per_byte: tuple[float, ...],
               energy_j_per_flop: float, *, op_stage: np.ndarray, op_micro: np.ndarray,
-              weight_ops: np.ndarray, tp: int = 1,
-              link_energy_j_per_byte: float = 0.0) -> StepSummary:
+              weight_ops: np.ndarray, tp: int = 1, link_energy_j_per_byte: float = 0.0,
+              peers: StepCounts | None = None,
+              peer_ops: np.ndarray | None = None) -> StepSummary:
     """Totals of one step's counters: per chip of each stage, and over the system (``tp``
-    chips per stage); bytes summed from per-op whole bytes."""
+    chips per stage); bytes summed from per-op whole bytes.
+
+    The chips of a tensor-parallel group do the same work, so the system is ``tp`` times the
+    emulated chip, except for the ops whose rows in ``peers`` are non-zero (the vocabulary-
+    parallel embedding lookup): the ops in ``peer_ops`` count the emulated chip once plus what
+    ``peers`` says the other chips did.
+    """
     read_ops = _bytes(counts.read_bits)
     written_ops = _bytes(counts.written_bits)
     link_ops = _bytes(counts.results[:, k.R_LINK_BITS])
@@ -436,12 +443,24 @@ def summarize(counts: StepCounts, tier_names: tuple[str, ...], energy_j_per_byte
     by_column = counts.times[critical].sum(axis=0)
     labels = _bound_labels(tier_names)
 
-    read = read_ops.sum(axis=0) * tp
-    written = written_ops.sum(axis=0) * tp
+    if peers is None or peer_ops is None:
+        own = np.zeros(len(read_ops), dtype=bool)
+        peer_read = peer_written = np.zeros_like(read_ops)
+        peer_results = np.zeros_like(counts.results)
+    else:
+        own = peer_ops
+        peer_read, peer_written = _bytes(peers.read_bits), _bytes(peers.written_bits)
+        peer_results = peers.results
+
+    def system(per_op: np.ndarray, peer: np.ndarray) -> np.ndarray:
+        return per_op[~own].sum(axis=0) * tp + per_op[own].sum(axis=0) + peer.sum(axis=0)
+
+    read = system(read_ops, peer_read)
+    written = system(written_ops, peer_written)
     act_read = int(_bytes(counts.results[:, k.R_ACT_READ_BITS]).sum()) * tp
     act_written = int(_bytes(counts.results[:, k.R_ACT_WRITTEN_BITS]).sum()) * tp
     link = int(link_ops.sum()) * tp
-    results = counts.results.sum(axis=0) * tp
+    results = system(counts.results, peer_results)
     energy = sum((int(read[i]) + int(written[i])) * energy_j_per_byte[i]
                  for i in range(len(tier_names)))
     energy += (act_read + act_written) * energy_j_per_byte[0]
@@ -450,14 +469,16 @@ def summarize(counts: StepCounts, tier_names: tuple[str, ...], energy_j_per_byte
     return StepSummary(
         step=counts.step,
         bytes_read=per_tier(read), bytes_written=per_tier(written),
-        weight_bytes_read=per_tier(read_ops[weight_ops].sum(axis=0) * tp),
+        weight_bytes_read=per_tier(system(read_ops * weight_ops[:, None],
+                                          peer_read * weight_ops[:, None])),
         link_bytes=link,
         chip_bytes_read=chip_read, chip_bytes_written=chip_written,
         chip_weight_bytes_read=chip_weight, chip_link_bytes=chip_link,
         chip_busy_s=tuple(float(x) for x in work),
         activation_bytes_read=act_read, activation_bytes_written=act_written,
         hits=int(results[k.R_HITS]), misses=int(results[k.R_MISSES]),
-        hit_bytes=int(_bytes(counts.results[:, k.R_HIT_BITS]).sum()) * tp,
+        hit_bytes=int(system(_bytes(counts.results[:, k.R_HIT_BITS]),
+                             _bytes(peer_results[:, k.R_HIT_BITS]))),
         flops=int(results[k.R_FLOPS]), vector_ops=int(results[k.R_VECTOR_OPS]),
         time_s=float(max(path.max(), work.max())),
         time_by_bound={label: float(by_column[i]) for i, label in enumerate(labels)},

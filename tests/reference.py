@@ -222,15 +222,20 @@ def run_step(plan: Plan, state: ReferenceState, step: int) -> dict:
             counters["waves"] += waves
 
         elif kind == k.OP_KV_APPEND:
-            home = home_of((row[k.C_CONTEXT] + step * row[k.C_NEW_TOKENS]) // row[k.C_KV_BLOCK])
             streams = row[k.C_BATCH] * row[k.C_KV_HEADS]
-            write_bytes = _ceil(_ceil(row[k.C_NEW_TOKENS] * row[k.C_KV_ROW_BITS], 8), gran[home])
-            total = streams * 2 * 8 * write_bytes * gran[home]
-            out["written"][op][home] += total
-            act = streams * 2 * row[k.C_NEW_TOKENS] * row[k.C_HEAD_DIM] * act_bits
+            new = row[k.C_NEW_TOKENS]
+            first = row[k.C_CONTEXT] + step * new
+            by_tier: dict[int, int] = {}
+            for position in range(first, first + new):     # each new token, in its block's tier
+                tier = home_of(position // row[k.C_KV_BLOCK])
+                by_tier[tier] = by_tier.get(tier, 0) + 1
+            for tier, count in by_tier.items():
+                write_bytes = _ceil(_ceil(count * row[k.C_KV_ROW_BITS], 8), gran[tier]) * gran[tier]
+                out["written"][op][tier] += streams * 2 * 8 * write_bytes
+                wave[tier] += streams * 2 * 8 * write_bytes
+            act = streams * 2 * new * row[k.C_HEAD_DIM] * act_bits
             counters["act_read_bits"] += act
             wave[0] += act
-            wave[home] += total
             counters["waves"] += _ceil(streams, cores)
             close_wave(0.0)
 
@@ -261,7 +266,8 @@ def run_step(plan: Plan, state: ReferenceState, step: int) -> dict:
                              bool(row[k.C_PADDED]))
             if kind == k.OP_EMBED:
                 vocab = row[k.C_N]
-                tokens = sorted(int(k._mix(plan.workload.seed * 1000003 + step * m + r)) % vocab
+                base = step * row[k.C_STEP_TOKENS] + row[k.C_TOKEN_BASE]
+                tokens = sorted(int(k.token_id(plan.workload.seed, base + r, vocab))
                                 for r in range(m))
                 for token in tokens:
                     if token < row[k.C_ROWS_HERE]:      # this chip's vocabulary shard

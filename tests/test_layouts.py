@@ -283,3 +283,68 @@ def test_cost_per_million_tokens():
     unpriced = compare_device(memsim.device("groq-lpu"), memsim.model("llama-3.2-1b"),
                               memsim.Decode())
     assert unpriced.usd_per_million_tokens is None
+
+
+# Corner cases found in review ----------------------------------------------------------------
+
+@pytest.mark.parametrize("selector, target", [
+    ("embedding[0:2]", "hbm"), ("weights[10:5]", "hbm"), ("kv", "hbm:")])
+def test_placements_that_select_nothing_are_refused(selector, target):
+    with pytest.raises(memsim.ConfigError) as info:
+        memsim.emulate(with_cxl(), "llama-3.2-1b", placement={selector: target})
+    assert info.value.field == f"placement.{selector}"
+
+
+def test_a_tied_lm_head_lives_where_its_embedding_lives():
+    dev = with_cxl(on_chip="4 KiB")
+    for placement in ({"embedding": "cxl"}, {"embedding": "cxl:0.5"}, {"lm_head": "cxl"}):
+        report = memsim.emulate(dev, "llama-3.2-1b", context=64, placement=placement)
+        plan = plan_system(dev, memsim.model("llama-3.2-1b"),
+                           memsim.Decode(context=64, placement=placement)).stages[0]
+        embedding = next(t for t in plan.tensors if t.role == "embedding")
+        head_reads = next(r for r in report.op_rows("cold") if r.name == "lm_head").bytes_read
+        assert head_reads["cxl"] == embedding.bytes_on(dev.tier_index("cxl")) > 0
+        assert head_reads["hbm"] == embedding.bytes_on(dev.tier_index("hbm"))
+
+
+def test_a_pinned_tied_embedding_pins_its_lm_head():
+    dev = memsim.device("mtia-v2").with_overrides({"tiers.sram.capacity": "1 GB"})
+    report = memsim.emulate(dev, "llama-3.2-1b", context=64, weights="int8", steps=3)
+    head = next(r for r in report.ops if r.name == "lm_head")
+    assert head.bytes_read["lpddr"] == 0 and head.misses == 0
+
+
+def test_each_microbatch_looks_up_its_own_tokens():
+    dev = memsim.device("h100-sxm").with_overrides({"tiers.sram.capacity": "8 GiB",
+                                                    "tiers.hbm.capacity": "1 TB"})
+    split = memsim.emulate(dev, "llama-3-8b", batch=2, context=16, microbatches=2, steps=1)
+    whole = memsim.emulate(dev, "llama-3-8b", batch=2, context=16, steps=1)
+    assert sum(r.misses for r in split.ops if r.name == "embed") == \
+        sum(r.misses for r in whole.ops if r.name == "embed")
+
+
+def test_tiered_spill_moves_tensors_a_fraction_rule_split():
+    report = memsim.emulate(with_cxl(), "llama-3-70b", policy="tiered",
+                            placement={"weights": "cxl:0.3"})
+    held = report.holdings[0]
+    assert held.weights["hbm"] + held.kv["hbm"] <= 80e9
+    note = held.spilled[0]
+    assert "moved from hbm to cxl" in note
+
+
+def test_spill_note_counts_only_what_the_spill_moved():
+    dev = with_cxl()
+    plan = plan_system(dev, memsim.model("llama-3-70b"),
+                       memsim.Decode(placement={"weights[0:10]": "cxl"})).stages[0]
+    user = sum(t.bytes for t in plan.tensors if t.kind == "weight" and 0 <= t.layer < 10)
+    spilled = sum(t.bytes for t in plan.tensors if t.kind == "weight" and t.layer >= 10
+                  and t.home == dev.tier_index("cxl"))
+    assert f"({memsim.format_quantity(spilled, 'capacity')})" in plan.spilled[0]
+    assert user > 0
+
+
+def test_a_tied_model_that_fits_one_chip_plans_one_chip():
+    dev = memsim.device("h100-sxm").with_overrides({"tiers.hbm.capacity": "2.7 GB"})
+    config = fewest_chips(dev, memsim.model("llama-3.2-1b"), memsim.Decode(context=512),
+                          "hbm-centric")
+    assert config.chips == 1

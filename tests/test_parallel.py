@@ -37,8 +37,10 @@ def test_llama_70b_tp8_reads_one_eighth_of_the_sharded_weights_per_chip():
     # norms are replicated: every chip reads all of them
     norms = ("attn_norm", "ffn_norm", "final_norm")
     assert _weight_reads(eight, norms) == _weight_reads(one, norms)
-    # the system reads 8 chips' worth
-    assert eight.warm.weight_bytes_read["hbm"] == 8 * eight.chip(0)["weight_bytes_read"]["hbm"]
+    # the system reads 8 chips' worth, except the embedding row, read once by its owner
+    chip_embed = sum(r.bytes_read["hbm"] for r in eight.ops if r.name == "embed")
+    assert eight.warm.weight_bytes_read["hbm"] == (
+        8 * (eight.chip(0)["weight_bytes_read"]["hbm"] - chip_embed) + 8192 * 2)
 
 
 def _ring_bytes(m: int, width: int, chips: int, act_bytes: int, passes: int) -> int:
@@ -142,7 +144,7 @@ def test_tp_must_shard_the_model(tp, message):
 def test_chips_beyond_the_link_domain_are_refused():
     with pytest.raises(memsim.ConfigError, match="link.max_chips") as info:
         memsim.emulate("h100-sxm", "llama-3-8b", tp=8, pp=2)
-    assert info.value.field == "tp"
+    assert info.value.field == "pp"
 
 
 @pytest.mark.parametrize("topology, chips, steps", [
@@ -223,9 +225,27 @@ def test_tied_embeddings_get_a_head_copy_on_the_last_stage():
 def test_per_chip_and_system_figures_agree():
     report = memsim.emulate("h100-sxm", "llama-3-8b", batch=2, context=256, tp=2, pp=2)
     assert report.chips == 4
+    row_bytes = 4096 * 2
     for tier in report.tier_names:
-        assert report.bytes_read[tier] == 2 * sum(report.chip(s)["bytes_read"][tier]
-                                                  for s in range(2))
+        chip_embed = sum(r.bytes_read[tier] for r in report.ops if r.name == "embed")
+        assert report.bytes_read[tier] == 2 * (sum(report.chip(s)["bytes_read"][tier]
+                                                   for s in range(2)) - chip_embed) + 2 * row_bytes
     assert report.link_bytes == 2 * sum(report.chip(s)["link_bytes"] for s in range(2))
     data = report.to_dict()
     assert len(data["per_chip"]) == 2 and data["chips"] == 4
+
+
+@pytest.mark.parametrize("tp, batch", [(2, 1), (4, 3), (8, 4)])
+def test_vocabulary_parallel_lookup_reads_each_token_row_once_in_the_system(tp, batch):
+    """Each token's embedding row is read by the one chip that owns its vocabulary range: the
+    system reads batch rows whatever the seed; the emulated chip reads only its own share."""
+    row_bytes = 4096 * 2
+    for seed in range(4):
+        report = memsim.emulate("h100-sxm", "llama-3-8b", batch=batch, context=16, tp=tp,
+                                seed=seed)
+        chip = sum(r.bytes_read["hbm"] for r in report.ops if r.name == "embed")
+        assert chip % row_bytes == 0 and chip <= batch * row_bytes
+        embed_system = report.warm.weight_bytes_read["hbm"] - tp * sum(
+            r.bytes_read["hbm"] for r in report.ops if r.name not in ("embed",)
+            and r.name not in ("attention", "kv_append"))
+        assert embed_system == batch * row_bytes
