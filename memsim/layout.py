@@ -9,8 +9,10 @@ tensors, or a fraction of each, to other tiers: a selector names tensors and a t
 where ROLE is ``weights``, ``kv``, ``norms`` or one tensor role (``embedding``, ``qkv``,
 ``o_proj``, ``gate``, ``up``, ``down``, ``attn_norm``, ``ffn_norm``, ``final_norm``,
 ``lm_head``), the optional slice selects layers as in Python (``weights[40:80]``), and FRACTION
-in (0, 1] moves only that share of each tensor: the last column tiles of a weight, the oldest
-blocks of a KV cache (whose recent tokens stay near), the last rows of an embedding.
+in (0, 1] moves only that share of each tensor: the last column tiles of a weight, the last rows
+of an embedding; of a KV cache, the oldest blocks when the target is further out than its home
+(``kv=cxl:0.5``: recent tokens stay near) and the most recent blocks when it is nearer
+(``kv=sram:0.1`` on a hybrid chip: the KV of recent tokens on chip).
 """
 
 from __future__ import annotations

@@ -213,8 +213,10 @@ class _Placer:
         far = math.ceil(rule.fraction * spec.units - 1e-9)
         if far >= spec.units or target == default:
             return target, target, 0
-        if spec.kind == "kv":            # the oldest blocks go far, recent ones stay
+        if spec.kind == "kv" and target > default:     # the oldest blocks go further out
             return target, default, far
+        if spec.kind == "kv":                           # the most recent blocks come nearer
+            return default, target, spec.units - far
         split = spec.units - far
         if spec.role == "embedding":     # whole column tiles of a tied LM head
             split -= split % self.tile_n

@@ -348,3 +348,21 @@ def test_a_tied_model_that_fits_one_chip_plans_one_chip():
     config = fewest_chips(dev, memsim.model("llama-3.2-1b"), memsim.Decode(context=512),
                           "hbm-centric")
     assert config.chips == 1
+
+
+def test_a_hybrid_chip_can_keep_the_kv_of_recent_tokens_on_chip():
+    dev = memsim.device("mtia-v2")
+    plan = plan_system(dev, memsim.model("llama-3.2-1b"),
+                       memsim.Decode(context=4000, placement={"kv": "sram:0.25"})).stages[0]
+    kv = next(t for t in plan.tensors if t.name == "kv.0")
+    blocks = -(-4002 // 16)
+    assert (kv.home, kv.home_hi, kv.split) == (1, 0, blocks - -(-blocks // 4))
+    report = memsim.emulate(dev, "llama-3.2-1b", context=4000, placement={"kv": "sram:0.25"})
+    attention = [r for r in report.ops if r.name == "attention"]
+    appends = [r for r in report.ops if r.name == "kv_append"]
+    assert all(r.bytes_read["lpddr"] > 0 for r in attention)
+    assert all(r.bytes_written["sram"] > 0 and r.bytes_written["lpddr"] == 0 for r in appends)
+    whole = memsim.emulate(dev, "llama-3.2-1b", context=4000)
+    kv_bytes = sum(r.bytes_read["lpddr"] for r in whole.ops if r.name == "attention")
+    near_bytes = sum(r.bytes_read["lpddr"] for r in attention)
+    assert near_bytes == pytest.approx(0.75 * kv_bytes, rel=0.01)
