@@ -174,12 +174,22 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     dev = build_device(args.device, args.set, args.add_tier)
     report = emulate(dev, model(args.model), _workload(args))
+    cost = None
+    if args.spill_cost:
+        from memsim.compare import spill_cost
+        cost = spill_cost(dev, model(args.model), _workload(args))
     if args.json:
-        print(report.to_json())
+        print(report.to_json(extra={"spill_cost": cost.to_dict()} if cost else None))
     elif args.csv:
         print(report.to_csv(), end="")
     else:
         print(report.table(per_op=args.ops))
+        if cost is not None:
+            print(f"\nagainst the same device with {cost.main_tier} holding everything "
+                  f"({format_quantity(cost.baseline_capacity, 'capacity')}, a hypothetical): "
+                  f"{cost.slowdown:.2f}x the time per token "
+                  f"({format_quantity(cost.time_per_token_s, 'time')} vs "
+                  f"{format_quantity(cost.baseline_time_per_token_s, 'time')})")
     return 0
 
 
@@ -339,6 +349,9 @@ def _parser() -> argparse.ArgumentParser:
     out.add_argument("--json", action="store_true")
     out.add_argument("--csv", action="store_true", help="one row per op")
     out.add_argument("--ops", action="store_true", help="every op of every layer in the table")
+    p.add_argument("--spill-cost", action="store_true",
+                   help="also emulate the device with its main memory holding everything, and "
+                        "print the slowdown")
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("plan", help="where MODEL's bytes live on DEVICE, and the fewest chips")

@@ -88,3 +88,45 @@ def compare(model: Model, workload: Decode, devices: Sequence[Device | str] | No
     chosen = [catalog_device(d) if isinstance(d, str) else d
               for d in (devices if devices is not None else device_names())]
     return [compare_device(d, model, workload, prices.get(d.name)) for d in chosen]
+
+
+@dataclass(frozen=True)
+class SpillCost:
+    """A run whose tensors live partly behind slower tiers, against the same device with a main
+    memory large enough to hold everything (a hypothetical: no spill, no placement rules)."""
+
+    main_tier: str
+    time_per_token_s: float
+    baseline_time_per_token_s: float
+    bytes_read: dict[str, int]
+    baseline_bytes_read: dict[str, int]
+    baseline_capacity: int
+
+    @property
+    def slowdown(self) -> float:
+        """How many times slower than the all-in-main-memory device."""
+        return self.time_per_token_s / self.baseline_time_per_token_s
+
+    def to_dict(self) -> dict:
+        """Plain data."""
+        return {**asdict(self), "slowdown": self.slowdown}
+
+
+def spill_cost(dev: Device, model: Model, workload: Decode) -> SpillCost:
+    """Emulate ``workload`` as placed, and again with the main tier grown to hold it all."""
+    from dataclasses import replace
+
+    from memsim.emulate import emulate
+    from memsim.plan import plan_system
+
+    system = plan_system(dev, model, workload)
+    held = [system.bytes_by_tier(kind) for kind in ("weight", "kv")]
+    need = sum(sum(h.values()) for h in held) // system.chips
+    main = dev.layout.weights
+    roomy = dev.with_overrides({f"tiers.{main}.capacity": f"{max(need, dev.tier(main).capacity)} B"})
+    baseline = emulate(roomy, model, replace(workload, placement=(), policy="auto"))
+    report = run_system(system)
+    return SpillCost(main_tier=main, time_per_token_s=report.time_per_token,
+                     baseline_time_per_token_s=baseline.time_per_token,
+                     bytes_read=dict(report.bytes_read), baseline_bytes_read=dict(baseline.bytes_read),
+                     baseline_capacity=roomy.tier(main).capacity)

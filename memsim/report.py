@@ -326,9 +326,9 @@ class Report:
             "ops": [row.to_dict() for row in self.ops],
         }
 
-    def to_json(self, indent: int | None = 2) -> str:
-        """JSON text of :meth:`to_dict`."""
-        return json.dumps(self.to_dict(), indent=indent, allow_nan=False,
+    def to_json(self, indent: int | None = 2, extra: dict[str, Any] | None = None) -> str:
+        """JSON text of :meth:`to_dict`, with ``extra`` top-level entries."""
+        return json.dumps({**self.to_dict(), **(extra or {})}, indent=indent, allow_nan=False,
                           default=_json_default)
 
     def to_csv(self) -> str:

@@ -151,3 +151,13 @@ def test_compare_llama_70b_covers_every_catalog_device(capsys):
         if device(name).layout.policy == "sram-resident" and row["policy"] != "sram-resident":
             assert "cannot hold" in row["note"]
     assert rows["groq-lpu"]["policy"] == rows["wse-3"]["policy"] == "sram-resident"
+
+
+def test_run_prints_the_cost_of_spilling(capsys):
+    code, out, _ = run(capsys, "run", "h100-sxm", "llama-3-70b", "--add-tier", "cxl-gen5-x16",
+                       "--spill-cost")
+    assert code == 0 and "x the time per token" in out
+    code, out, _ = run(capsys, "run", "h100-sxm", "llama-3-70b", "--add-tier", "cxl-gen5-x16",
+                       "--spill-cost", "--json")
+    cost = json.loads(out)["spill_cost"]
+    assert cost["slowdown"] > 10 and cost["baseline_bytes_read"]["hbm"] > cost["bytes_read"]["hbm"]
