@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from collections.abc import Sequence
@@ -316,6 +317,48 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return 0
 
 
+def _acceptance(text: str) -> float | list[float]:
+    try:
+        values = [float(v) for v in text.split(",")]
+    except ValueError:
+        raise ConfigError(f"expected a rate such as 0.8 or one per position such as "
+                          f"0.9,0.8,0.7, got {text!r}", field="--acceptance") from None
+    return values[0] if len(values) == 1 else values
+
+
+def cmd_spec(args: argparse.Namespace) -> int:
+    from memsim.speculative import speculative
+
+    dev = build_device(args.device, args.set, args.add_tier)
+    gamma: int | str = args.gamma
+    if gamma != "auto":
+        try:
+            gamma = int(gamma)
+        except ValueError:
+            raise ConfigError(f"expected an integer or 'auto', got {gamma!r}",
+                              field="--gamma") from None
+    tree = None
+    if args.tree:
+        try:
+            tree = [int(v) for v in args.tree.split(",")]
+        except ValueError:
+            raise ConfigError(f"expected branching factors such as 3,2,1, got {args.tree!r}",
+                              field="--tree") from None
+    workload = _workload(args)
+    fields = {f.name: getattr(workload, f.name) for f in dataclasses.fields(workload)
+              if f.name not in ("new_tokens", "draft_heads")}
+    report = speculative(
+        dev, model(args.target), model(args.draft) if args.draft else None, gamma,
+        _acceptance(args.acceptance), method=args.method, tree=tree,
+        draft_device=build_device(args.draft_device) if args.draft_device else None,
+        draft_weights=args.draft_weights, samples=args.samples, **fields)
+    if args.json:
+        print(json.dumps(report.to_dict(), indent=2, allow_nan=False))
+    else:
+        print(report.table())
+    return 0
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     from memsim.bench import run_benchmarks
 
@@ -372,6 +415,25 @@ def _parser() -> argparse.ArgumentParser:
     out.add_argument("--json", action="store_true")
     out.add_argument("--csv", action="store_true")
     p.set_defaults(func=cmd_compare)
+
+    p = sub.add_parser("spec", help="speculative decoding of TARGET on DEVICE: draft, verify, "
+                                    "accept")
+    p.add_argument("device", help="catalog name or a device .toml file")
+    p.add_argument("target", help="the target model")
+    p.add_argument("--draft", default=None, help="the draft model (method draft)")
+    p.add_argument("--method", choices=("draft", "heads", "ngram"), default="draft",
+                   help="draft model, Medusa-style heads on the target, or n-gram lookup")
+    p.add_argument("--gamma", default="4", help="drafted tokens per iteration, or 'auto'")
+    p.add_argument("--acceptance", default="0.8",
+                   help="acceptance rate, or one per drafted position: 0.9,0.8,0.7")
+    p.add_argument("--tree", default=None, help="heads: branching per depth, e.g. 3,2,1")
+    p.add_argument("--samples", type=int, default=0, help="Monte Carlo draws (0: closed form)")
+    p.add_argument("--draft-device", default=None,
+                   help="run the draft on its own device (default: the target's first chip)")
+    p.add_argument("--draft-weights", default=None, help="the draft's weight format")
+    _workload_flags(p)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_spec, steps=2)
 
     p = sub.add_parser("bench", help="measure the walkers' speed (ratios against a bare loop)")
     p.add_argument("--quick", action="store_true", help="smaller workloads")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -11,7 +12,7 @@ from memsim.errors import ConfigError
 from memsim.kernels import step as k
 from memsim.model import Model, model as catalog_model
 from memsim.plan import Plan, SystemPlan, plan_system
-from memsim.report import ChipHoldings, Report, StepCounts, summarize
+from memsim.report import ChipHoldings, Report, StepCounts, StepSummary, summarize
 from memsim.workload import Decode
 
 
@@ -24,6 +25,22 @@ class Residency:
 
     def __init__(self, plan: Plan) -> None:
         self.arena = k.new_arena(len(plan.tensors), plan.max_lru_entries, plan.lru_capacity_bits)
+
+    @classmethod
+    def shared(cls, first: Plan, second: Plan) -> Residency:
+        """One on-chip tier for two plans on the same chip (a target and its draft model): the
+        second plan's tensors are numbered after the first's (see :func:`offset_tensors`), and
+        the LRU gets what neither plan keeps resident or pinned."""
+        resident = sum(t.bytes_on(0) for plan in (first, second) for t in plan.tensors
+                       if not t.aliased)
+        pinned = sum(t.bytes for plan in (first, second) for t in plan.tensors if t.pinned
+                     and not t.aliased)
+        capacity_bits = max(0, 8 * (first.device.tiers[0].capacity - resident - pinned))
+        residency = cls.__new__(cls)
+        residency.arena = k.new_arena(len(first.tensors) + len(second.tensors),
+                                      first.max_lru_entries + second.max_lru_entries,
+                                      capacity_bits)
+        return residency
 
     @property
     def used_bits(self) -> int:
@@ -87,6 +104,14 @@ def peer_embedding_counts(plan: Plan, step: int) -> StepCounts:
     return counts
 
 
+def offset_tensors(plan: Plan, offset: int) -> Plan:
+    """The same plan with its tensor ids moved up by ``offset`` (to share an arena)."""
+    op_int = plan.op_int.copy()
+    has_tensor = op_int[:, k.C_TENSOR] >= 0
+    op_int[has_tensor, k.C_TENSOR] += offset
+    return replace(plan, op_int=op_int)
+
+
 def _concatenate(parts: list[StepCounts]) -> StepCounts:
     """One step of every stage, ops in stage order."""
     return StepCounts(
@@ -130,42 +155,68 @@ def emulate(device: Device | str, model: Model | str, workload: Decode | None = 
 
 def run_system(system: SystemPlan) -> Report:
     """Walk every stage of a system plan, step after step, each with its own on-chip tier."""
-    dev, workload = system.device, system.workload
-    stages = system.stages
-    residencies = [Residency(plan) for plan in stages]
-    tier_names = stages[0].tier_names
-    energy = tuple(float(e) for e in stages[0].tier_energy_j_per_byte)
-    link_energy = dev.link.energy_j_per_byte if dev.link else 0.0
-    op_stage = np.concatenate([np.full(p.n_ops, p.stage, dtype=np.int64) for p in stages])
-    op_micro = np.concatenate([p.op_microbatch for p in stages])
-    op_int = np.concatenate([p.op_int for p in stages])
-    weight_ops = np.isin(op_int[:, k.C_KIND], (k.OP_EMBED, k.OP_NORM, k.OP_MATMUL))
-    peer_ops = (op_int[:, k.C_KIND] == k.OP_EMBED) & (workload.tp > 1)
-    summaries = []
-    cold = warm = None
-    for step in range(workload.steps):
+    run = SystemRun(system)
+    for step in range(system.workload.steps):
+        run.step(step)
+    return run.report()
+
+
+class SystemRun:
+    """A system plan's chips between steps: each stage's on-chip tier and the steps so far.
+
+    ``residencies`` replaces the stages' own on-chip tiers (a draft model sharing stage 0's).
+    """
+
+    def __init__(self, system: SystemPlan, residencies: list[Residency] | None = None) -> None:
+        self.system = system
+        stages = system.stages
+        self.residencies = residencies or [Residency(plan) for plan in stages]
+        self.op_stage = np.concatenate([np.full(p.n_ops, p.stage, dtype=np.int64)
+                                        for p in stages])
+        self.op_micro = np.concatenate([p.op_microbatch for p in stages])
+        self.op_int = np.concatenate([p.op_int for p in stages])
+        self.weight_ops = np.isin(self.op_int[:, k.C_KIND], (k.OP_EMBED, k.OP_NORM, k.OP_MATMUL))
+        self.peer_ops = (self.op_int[:, k.C_KIND] == k.OP_EMBED) & (system.workload.tp > 1)
+        self.energy = tuple(float(e) for e in stages[0].tier_energy_j_per_byte)
+        self.summaries: list[StepSummary] = []
+        self.cold: StepCounts | None = None
+        self.warm: StepCounts | None = None
+
+    def step(self, step: int) -> StepSummary:
+        """Emulate step ``step`` on every stage; returns its summary."""
+        system = self.system
+        dev = system.device
         counts = _concatenate([run_step(plan, res, step)
-                               for plan, res in zip(stages, residencies)])
-        peers = _concatenate([peer_embedding_counts(plan, step) for plan in stages])
-        summaries.append(summarize(counts, tier_names, energy, dev.energy_j_per_flop,
-                                   op_stage=op_stage, op_micro=op_micro, weight_ops=weight_ops,
-                                   tp=workload.tp, link_energy_j_per_byte=link_energy,
-                                   peers=peers, peer_ops=peer_ops))
-        if step == 0:
-            cold = counts
-        warm = counts
-    holdings = tuple(ChipHoldings(stage=p.stage, layers=p.layers,
-                                  weights=p.bytes_by_tier("weight"), kv=p.bytes_by_tier("kv"),
-                                  spilled=p.spilled) for p in stages)
-    return Report(
-        device=dev.name, model=system.model.name, workload=workload.to_dict(),
-        tier_names=tier_names, clock_hz=dev.clock_hz,
-        tokens_per_step=workload.batch * workload.new_tokens, new_tokens=workload.new_tokens,
-        op_names=sum((p.op_names for p in stages), ()),
-        op_layers=tuple(int(x) for x in op_int[:, k.C_LAYER]),
-        op_stages=tuple(int(x) for x in op_stage), op_microbatches=tuple(int(x) for x in op_micro),
-        energy_j_per_byte=energy, energy_j_per_flop=dev.energy_j_per_flop,
-        steps=tuple(summaries), cold_counts=cold, warm_counts=warm,
-        policy=system.policy, tp=workload.tp, pp=len(stages), microbatches=workload.microbatches,
-        holdings=holdings,
-    )
+                               for plan, res in zip(system.stages, self.residencies)])
+        peers = _concatenate([peer_embedding_counts(plan, step) for plan in system.stages])
+        summary = summarize(counts, system.stages[0].tier_names, self.energy,
+                            dev.energy_j_per_flop, op_stage=self.op_stage,
+                            op_micro=self.op_micro, weight_ops=self.weight_ops,
+                            tp=system.workload.tp,
+                            link_energy_j_per_byte=dev.link.energy_j_per_byte if dev.link else 0.0,
+                            peers=peers, peer_ops=self.peer_ops)
+        self.summaries.append(summary)
+        self.cold = counts if self.cold is None else self.cold
+        self.warm = counts
+        return summary
+
+    def report(self) -> Report:
+        """The Report of the steps emulated so far."""
+        system = self.system
+        dev, workload, stages = system.device, system.workload, system.stages
+        holdings = tuple(ChipHoldings(stage=p.stage, layers=p.layers,
+                                      weights=p.bytes_by_tier("weight"), kv=p.bytes_by_tier("kv"),
+                                      spilled=p.spilled) for p in stages)
+        return Report(
+            device=dev.name, model=system.model.name, workload=workload.to_dict(),
+            tier_names=stages[0].tier_names, clock_hz=dev.clock_hz,
+            tokens_per_step=workload.batch * workload.new_tokens,
+            new_tokens=workload.new_tokens, op_names=sum((p.op_names for p in stages), ()),
+            op_layers=tuple(int(x) for x in self.op_int[:, k.C_LAYER]),
+            op_stages=tuple(int(x) for x in self.op_stage),
+            op_microbatches=tuple(int(x) for x in self.op_micro),
+            energy_j_per_byte=self.energy, energy_j_per_flop=dev.energy_j_per_flop,
+            steps=tuple(self.summaries), cold_counts=self.cold, warm_counts=self.warm,
+            policy=system.policy, tp=workload.tp, pp=len(stages),
+            microbatches=workload.microbatches, holdings=holdings,
+        )

@@ -26,7 +26,7 @@ from memsim.errors import ConfigError
 from memsim.model import Model
 
 LAYER_ROLES = ("attn_norm", "qkv", "kv", "o_proj", "ffn_norm", "gate", "up", "down")
-GLOBAL_ROLES = ("embedding", "final_norm", "lm_head")
+GLOBAL_ROLES = ("embedding", "final_norm", "lm_head", "draft_head")
 GROUPS = {
     "weights": frozenset(r for r in LAYER_ROLES + GLOBAL_ROLES if r != "kv"),
     "kv": frozenset({"kv"}),

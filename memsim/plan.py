@@ -256,8 +256,8 @@ def _item_specs(model: Model, workload: Decode, sh: Shard, tile_n: int, final_to
     row_bits = kv_row_bits(model, get_format(workload.kv))
     blocks = -(-final_tokens // workload.kv_block)
 
-    def weight(role: str, layer: int, n: int, kk: int) -> _Spec:
-        name = f"{role}.{layer}" if layer >= 0 else role
+    def weight(role: str, layer: int, n: int, kk: int, name: str = "") -> _Spec:
+        name = name or (f"{role}.{layer}" if layer >= 0 else role)
         return _Spec(name, "weight", role, layer, wfmt, n, kk, -(-n // tile_n))
 
     def norm(role: str, layer: int) -> _Spec:
@@ -278,7 +278,11 @@ def _item_specs(model: Model, workload: Decode, sh: Shard, tile_n: int, final_to
             weight("up", layer, sh.ffn, h),
             weight("down", layer, h, sh.ffn),
         ])
-    items.append([norm("final_norm", -1), weight("lm_head", -1, sh.vocab_rows, h)])
+    head = [norm("final_norm", -1), weight("lm_head", -1, sh.vocab_rows, h)]
+    for i in range(workload.draft_heads):
+        head.append(weight("draft_head", -1, h, h, name=f"draft_head_res.{i}"))
+        head.append(weight("draft_head", -1, sh.vocab_rows, h, name=f"draft_head_lm.{i}"))
+    items.append(head)
     return items
 
 
@@ -459,9 +463,10 @@ def _plan_stage(device: Device, model: Model, workload: Decode, policy: str, sh:
         op_micro.append(micro)
         return row
 
-    def matmul(name: str, layer: int, kk: int, n: int) -> None:
-        add_op(name, k.OP_MATMUL, layer, index[f"{name}.{layer}" if layer >= 0 else name], wfmt,
-               m=m_rows, kk=kk, n=n, peak=weight_peak, dequant=weight_dequant)
+    def matmul(name: str, layer: int, kk: int, n: int, tensor: str = "", rows: int = 0) -> None:
+        add_op(name, k.OP_MATMUL, layer,
+               index[tensor or (f"{name}.{layer}" if layer >= 0 else name)], wfmt,
+               m=rows or m_rows, kk=kk, n=n, peak=weight_peak, dequant=weight_dequant)
 
     def norm(name: str, layer: int) -> None:
         add_op(name, k.OP_NORM, layer, index[f"{name}.{layer}" if layer >= 0 else name], act,
@@ -502,6 +507,9 @@ def _plan_stage(device: Device, model: Model, workload: Decode, policy: str, sh:
                 norm("final_norm", -1)
                 matmul("lm_head", -1, h, sh.vocab_rows)
                 all_reduce("logits_allgather", -1, sh.vocab_rows * sh.tp, passes=1)
+                for i in range(workload.draft_heads):     # on the last accepted position only
+                    matmul("draft_head_res", -1, h, h, f"draft_head_res.{i}", rows=mb)
+                    matmul("draft_head_lm", -1, h, sh.vocab_rows, f"draft_head_lm.{i}", rows=mb)
         if stage < stages - 1:
             add_op("send", k.OP_SEND, -1, -1, act, m=m_rows, kk=h)
         elif stages > 1:

@@ -44,6 +44,8 @@ class Decode:
     policy : memory strategy (``memsim plan`` lists a device's); ``auto`` takes the device's own
         and falls back to ``tiered`` when the model does not fit but a slower tier can take the
         rest.
+    draft_heads : self-drafting heads (Medusa style) run after the LM head on each sequence's
+        last position: each a residual block (hidden x hidden) and its own vocabulary projection.
     placement : ``{selector: tier}`` overrides, applied in order, e.g. ``{"kv": "cxl"}``,
         ``{"weights[40:80]": "cxl"}``, ``{"weights": "cxl:0.3"}`` (the last 30% of each weight's
         column tiles; for a KV cache, its oldest blocks). See :mod:`memsim.layout`.
@@ -66,6 +68,7 @@ class Decode:
     microbatches: int | None = None
     policy: str = "auto"
     placement: Any = ()
+    draft_heads: int = 0
 
     def __post_init__(self) -> None:
         _positive_int(self.batch, "batch")
@@ -85,6 +88,7 @@ class Decode:
         if self.residency not in RESIDENCY_POLICIES:
             raise ConfigError(f"expected one of {', '.join(RESIDENCY_POLICIES)}, got "
                               f"{self.residency!r}", field="residency")
+        _positive_int(self.draft_heads, "draft_heads", minimum=0)
         _positive_int(self.tp, "tp")
         _positive_int(self.pp, "pp")
         if self.microbatches is None:

@@ -1,0 +1,160 @@
+"""Speculative decoding: acceptance (closed form and Monte Carlo), traffic, break-even."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import memsim
+from memsim.speculative import (Acceptance, closed_form_tokens, kv_bytes_per_token,
+                                sample_tokens, speculative, tree_nodes)
+
+# small enough for one chip of every device, the two together (Groq's 230 MB included)
+TINY_TARGET = memsim.Model(name="tiny-target", display_name="tiny target", layers=4, hidden=1024,
+                           heads=8, kv_heads=2, head_dim=128, ffn=2048, vocab=16000,
+                           tied_embeddings=False)
+TINY_DRAFT = memsim.Model(name="tiny-draft", display_name="tiny draft", layers=1, hidden=512,
+                          heads=4, kv_heads=1, head_dim=128, ffn=1024, vocab=16000,
+                          tied_embeddings=True)
+
+
+# Acceptance -------------------------------------------------------------------------------
+
+@given(st.floats(0.0, 1.0), st.integers(1, 12))
+def test_closed_form_matches_the_distribution(rate, gamma):
+    accept = Acceptance.parse(rate, gamma)
+    assert accept.expected_tokens == pytest.approx(closed_form_tokens(rate, gamma), rel=1e-9)
+    assert sum(accept.distribution) == pytest.approx(1.0)
+
+
+def test_tokens_tend_to_gamma_plus_one():
+    for gamma in (1, 4, 9):
+        assert closed_form_tokens(1.0, gamma) == gamma + 1
+        assert closed_form_tokens(0.999999, gamma) == pytest.approx(gamma + 1, rel=1e-4)
+        assert closed_form_tokens(0.0, gamma) == 1.0
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.floats(0.0, 1.0), st.integers(1, 10), st.integers(0, 1000))
+def test_monte_carlo_mean_is_within_three_standard_errors(rate, gamma, seed):
+    """Three standard errors of the mean, from the closed-form distribution's variance."""
+    accept = Acceptance.parse(rate, gamma)
+    draws = 20000
+    sampled = sample_tokens(accept, draws, seed)
+    assert sum(sampled.counts) == draws
+    expected = closed_form_tokens(rate, gamma)
+    variance = sum(p * (t - expected) ** 2 for t, p in enumerate(accept.distribution, start=1))
+    assert abs(sampled.mean - expected) <= 3 * math.sqrt(variance / draws) + 1e-12
+
+
+def test_monte_carlo_is_deterministic_for_a_seed():
+    accept = Acceptance.parse([0.9, 0.7, 0.5], 3)
+    assert sample_tokens(accept, 5000, 7) == sample_tokens(accept, 5000, 7)
+    assert sample_tokens(accept, 5000, 7) != sample_tokens(accept, 5000, 8)
+
+
+@pytest.mark.parametrize("value, message", [(1.5, "lie in"), ([0.9, 0.8], "expected 3"),
+                                            ("often", "expected a rate")])
+def test_bad_acceptance(value, message):
+    with pytest.raises(memsim.ConfigError, match=message):
+        Acceptance.parse(value, 3)
+
+
+# Iterations on devices ----------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", memsim.device_names())
+def test_acceptance_zero_is_slower_than_plain_decode_on_every_device(name):
+    report = speculative(name, TINY_TARGET, TINY_DRAFT, 4, 0.0, context=512)
+    assert report.expected_tokens == 1.0
+    assert report.speedup < 1.0
+    assert report.time_per_token > report.plain_time_per_token_s
+
+
+def test_llama_70b_with_a_1b_draft_on_h100s():
+    """Batch 1 is HBM-bound: one weight pass serves gamma + 1 tokens and speculation pays. At
+    batch 256 the verification is bound on chip instead (its rows, not its weight bytes, set the
+    time), so the speedup falls."""
+    single = speculative("h100-sxm", "llama-3-70b", "llama-3.2-1b", 4, 0.8, batch=1,
+                         context=1024, tp=2)
+    assert single.speedup > 1.0
+    assert single.verify_bound_by == "hbm" and single.plain_bound_by == "hbm"
+    assert "pays" in single.why
+    served = speculative("h100-sxm", "llama-3-70b", "llama-3.2-1b", 4, 0.8, batch=256,
+                         context=1024, tp=8)
+    assert served.speedup < single.speedup and served.speedup < 1.0
+    assert served.verify_bound_by not in ("hbm",)
+    assert served.verify_time_s > 2 * served.plain_time_per_token_s
+    assert "does not pay" in served.why
+
+
+def test_target_weight_bytes_are_one_step_whatever_gamma():
+    """One pass over the weights verifies every drafted token; only the embedding lookups grow
+    with the tokens (one 2048 x bf16 row each)."""
+    dev = memsim.device("h100-sxm").with_overrides({"tiers.sram.capacity": "4 KiB"})
+    plain = memsim.emulate(dev, "llama-3.2-1b", context=256)
+    row = 2048 * 2
+    for gamma in (1, 2, 5, 8):
+        report = speculative(dev, "llama-3.2-1b", None, gamma, 0.7, context=256,
+                             method="ngram")
+        assert report.target_weight_bytes["hbm"] - gamma * row == \
+            plain.warm.weight_bytes_read["hbm"]
+
+
+@pytest.mark.parametrize("gamma, rate", [(1, 0.5), (4, 0.8), (7, 0.3)])
+def test_wasted_kv_writes_are_the_rejected_tokens(gamma, rate):
+    report = speculative("h100-sxm", "llama-3-8b", None, gamma, rate, batch=3, context=512,
+                         method="ngram")
+    rejected = gamma + 1 - closed_form_tokens(rate, gamma)
+    per_token = kv_bytes_per_token(memsim.model("llama-3-8b"), "bf16")
+    assert report.wasted_kv_bytes == pytest.approx(rejected * 3 * per_token, rel=1e-12)
+    # the verification really wrote every drafted token's KV (bf16 rows are whole sectors)
+    assert report.target_kv_written == (gamma + 1) * 3 * per_token
+
+
+def test_a_draft_on_the_same_chip_competes_for_its_on_chip_tier():
+    """On MTIA v2 the target pins its weights in SRAM; a draft on the same chip gets what is
+    left, and its own chip gives it all of it."""
+    dev = memsim.device("mtia-v2")
+    shared = speculative(dev, TINY_TARGET, TINY_DRAFT, 3, 0.8, context=256)
+    alone = speculative(dev, TINY_TARGET, TINY_DRAFT, 3, 0.8, context=256, draft_device=dev)
+    assert alone.transfer_time_s > 0 and shared.transfer_time_s == 0
+    assert shared.draft_bytes["lpddr"] >= alone.draft_bytes["lpddr"]
+
+
+def test_target_and_draft_must_fit_one_chip_together():
+    dev = memsim.device("h100-sxm").with_overrides({"tiers.hbm.capacity": "17 GB"})
+    with pytest.raises(memsim.CapacityError, match="together"):
+        speculative(dev, "llama-3-8b", "llama-3.2-1b", 4, 0.8, context=1024)
+
+
+def test_draft_heads_verify_a_tree_in_one_pass():
+    report = speculative("h100-sxm", "llama-3-8b", None, acceptance=0.7, method="heads",
+                         tree=(3, 2, 1), context=1024)
+    assert report.gamma == tree_nodes((3, 2, 1)) == 3 + 6 + 6
+    assert report.acceptance[0] == pytest.approx(1 - 0.3 ** 3)
+    assert report.draft_bytes["hbm"] == 0 and report.draft_time_s == 0
+    plain = memsim.emulate("h100-sxm", "llama-3-8b", context=1024)
+    heads_bytes = report.target_weight_bytes["hbm"] - plain.warm.weight_bytes_read["hbm"]
+    per_head = 4096 * 4096 * 2 + 128256 * 4096 * 2        # residual block + vocabulary head
+    assert heads_bytes == 3 * per_head + 15 * 4096 * 2      # and 15 more embedding rows
+
+
+def test_gamma_auto_picks_the_best_of_its_scan():
+    report = speculative("h100-sxm", "llama-3-8b", "llama-3.2-1b", "auto", 0.8, context=512)
+    assert len(report.gamma_scan) == 12
+    assert report.speedup == max(s for _, s in report.gamma_scan)
+    assert report.gamma == max(report.gamma_scan, key=lambda gs: gs[1])[0]
+
+
+def test_spec_on_the_command_line(capsys):
+    from memsim.cli import main
+    assert main(["spec", "h100-sxm", "llama-3-8b", "--draft", "llama-3.2-1b", "--gamma", "3",
+                 "--acceptance", "0.9,0.8,0.7", "--samples", "2000", "--json"]) == 0
+    import json
+    data = json.loads(capsys.readouterr().out)
+    assert data["gamma"] == 3 and data["monte_carlo"]["draws"] == 2000
+    assert math.isclose(data["expected_tokens"], 1 + 0.9 + 0.9 * 0.8 + 0.9 * 0.8 * 0.7)
+    assert main(["spec", "h100-sxm", "llama-3-8b", "--gamma", "two"]) == 2
