@@ -33,6 +33,7 @@ OP_ATTENTION = 3
 OP_KV_APPEND = 4
 OP_COLLECTIVE = 5   # all-reduce (2 passes) or all-gather (1 pass) of activations over the link
 OP_SEND = 6         # a pipeline stage hands its activations to the next stage
+OP_ALL_TO_ALL = 7   # expert parallel: token rows sent to the chips holding their experts
 
 # Columns of the int64 op table.
 C_KIND = 0
@@ -69,7 +70,10 @@ C_PASSES = 30       # 2: all-reduce (reduce-scatter then all-gather); 1: all-gat
 C_LINK_STEPS = 31   # link hops one pass of the collective waits for, in sequence
 C_TOKEN_BASE = 32   # embedding: index of this microbatch's first token among the step's tokens
 C_STEP_TOKENS = 33  # embedding: tokens the whole batch looks up per step
-N_INT_COLS = 34
+C_ROUTE = 34        # MoE: row of the step's route table this op reads (-1: not routed)
+C_ROUTE_COL = 35    # MoE: its column: the expert (its tokens are M), or a chip's sent rows
+C_LAUNCHES = 36     # launches the op pays (0 for an expert inside a fused MoE kernel)
+N_INT_COLS = 37
 
 # Columns of the float64 op table.
 F_PEAK = 0          # matrix operations/s the op runs at (whole chip)
@@ -404,9 +408,8 @@ def _close_wave(op, wave_bits, unit_compute_s, tier_bandwidth, tier_latency_s, t
 
 
 @jit
-def _matmul(op, op_int, op_float, n_cores, vector_rate, tier_bandwidth, tier_latency_s,
+def _matmul(op, m, op_int, op_float, n_cores, vector_rate, tier_bandwidth, tier_latency_s,
             arena, read_bits, written_bits, results, times, wave_bits):
-    m = op_int[op, C_M]
     k = op_int[op, C_K]
     n = op_int[op, C_N]
     tk = op_int[op, C_TILE_K]
@@ -699,22 +702,43 @@ def _send(op, op_int, link_bandwidth, link_latency_s, n_tiers, results, times):
 
 
 @jit
+def _all_to_all(op, rows, op_int, link_bandwidth, link_latency_s, n_tiers, results, times):
+    """Expert parallel dispatch (or combine): ``rows`` token rows of ``C_K`` activations sent to
+    other chips at once, waiting for ``C_LINK_STEPS`` hops."""
+    sent = rows * op_int[op, C_K] * op_int[op, C_ACT_BITS]
+    results[op, R_LINK_BITS] += sent
+    results[op, R_ACT_READ_BITS] += sent
+    results[op, R_WAVES] += 1
+    times[op, n_tiers] += sent / 8.0 / link_bandwidth
+    times[op, n_tiers + 2] += op_int[op, C_LINK_STEPS] * link_latency_s
+
+
+@jit
 def walk_step(op_int, op_float, step, seed, n_cores, vector_rate, launch_s, tier_bandwidth,
-              tier_latency_s, tier_granularity, link_bandwidth, link_latency_s, arena, read_bits,
-              written_bits, results, times):
+              tier_latency_s, tier_granularity, link_bandwidth, link_latency_s, routes, arena,
+              read_bits, written_bits, results, times):
     """Emulate decode step ``step`` (0-based) of the plan's ops, accumulating into the outputs.
 
     ``read_bits``/``written_bits`` are ``[op, tier]``; ``results`` is ``[op, R_*]``; ``times`` is
-    ``[op, tier..., link, compute, latency, launch]`` in seconds. The residency state (``arena``,
-    see :func:`new_arena`) carries over from one call to the next.
+    ``[op, tier..., link, compute, latency, launch]`` in seconds. ``routes`` is the step's MoE
+    route table (tokens per expert, rows each chip sends; see ``memsim.routing``). The residency
+    state (``arena``, see :func:`new_arena`) carries over from one call to the next.
     """
     n_tiers = tier_bandwidth.shape[0]
     wave_bits = np.zeros(n_tiers, dtype=np.int64)
     for op in range(op_int.shape[0]):
         kind = op_int[op, C_KIND]
-        if kind == OP_MATMUL:
-            _matmul(op, op_int, op_float, n_cores, vector_rate, tier_bandwidth, tier_latency_s,
-                    arena, read_bits, written_bits, results, times, wave_bits)
+        route = op_int[op, C_ROUTE]
+        times[op, n_tiers + 3] += launch_s * op_int[op, C_LAUNCHES]
+        if kind == OP_ALL_TO_ALL:
+            _all_to_all(op, routes[route, op_int[op, C_ROUTE_COL]], op_int, link_bandwidth,
+                        link_latency_s, n_tiers, results, times)
+        elif kind == OP_MATMUL:
+            m = op_int[op, C_M] if route < 0 else routes[route, op_int[op, C_ROUTE_COL]]
+            if m > 0:
+                _matmul(op, m, op_int, op_float, n_cores, vector_rate, tier_bandwidth,
+                        tier_latency_s, arena, read_bits, written_bits, results, times,
+                        wave_bits)
         elif kind == OP_ATTENTION:
             _attention(op, op_int, op_float, step, n_cores, vector_rate, tier_bandwidth,
                        tier_latency_s, tier_granularity, arena, read_bits, written_bits, results,
@@ -730,7 +754,6 @@ def walk_step(op_int, op_float, step, seed, n_cores, vector_rate, launch_s, tier
         else:
             _vector_op(op, op_int, step, seed, vector_rate, tier_bandwidth, tier_latency_s,
                        arena, read_bits, written_bits, results, times, wave_bits)
-        times[op, n_tiers + 3] += launch_s
     for row in range(1, 1 + arena[0, S_TENSORS]):
         arena[row, T_PINNED_LOADED] = arena[row, T_LOADED_NOW]
 

@@ -164,8 +164,8 @@ def _workload(args: argparse.Namespace, **fields: Any) -> Decode:
                   activations=args.activations, steps=args.steps, new_tokens=args.new_tokens,
                   kv_block=args.kv_block, tile_k=args.tile_k, tile_n=args.tile_n,
                   residency=args.residency, seed=args.seed, tp=args.tp or 1, pp=args.pp or 1,
-                  microbatches=args.microbatches, policy=args.policy,
-                  placement=_parse_places(args.place))
+                  ep=args.ep or 1, microbatches=args.microbatches, policy=args.policy,
+                  placement=_parse_places(args.place), routing=args.routing)
     values.update(fields)
     return Decode(**values)
 
@@ -205,7 +205,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     try:
         system = plan_system(dev, mod, _workload(args))
     except CapacityError as exc:
-        if args.tp or args.pp:
+        if args.tp or args.pp or args.ep:
             raise
         refusal = str(exc)
         chosen, system = smallest_system(dev, mod, _workload(args), table)
@@ -465,13 +465,16 @@ def _workload_flags(p: argparse.ArgumentParser, *, parallel: bool = True) -> Non
                         "(repeatable, later rules win)")
     p.add_argument("--policy", choices=POLICY_CHOICES, default="auto",
                    help="memory strategy (auto: the device's own, tiered when it must spill)")
+    p.add_argument("--routing", default="uniform",
+                   help="MoE routing: uniform, zipf:S, or a .npy trace [steps, layers, tokens, k]")
     if parallel:
+        p.add_argument("--ep", type=int, default=None, help="expert-parallel chips (MoE)")
         p.add_argument("--tp", type=int, default=None, help="tensor-parallel chips")
         p.add_argument("--pp", type=int, default=None, help="pipeline stages")
         p.add_argument("--microbatches", type=int, default=None,
                        help="microbatches in flight (default: largest divisor of batch <= pp)")
     else:
-        p.set_defaults(tp=None, pp=None, microbatches=None)
+        p.set_defaults(tp=None, pp=None, ep=None, microbatches=None)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -12,6 +12,7 @@ from memsim.errors import ConfigError
 from memsim.kernels import step as k
 from memsim.model import Model, model as catalog_model
 from memsim.plan import Plan, SystemPlan, plan_system
+from memsim.routing import Router
 from memsim.report import ChipHoldings, Report, StepCounts, StepSummary, summarize
 from memsim.workload import Decode
 
@@ -48,8 +49,13 @@ class Residency:
         return int(self.arena[0, k.S_USED_BITS])
 
 
-def run_step(plan: Plan, residency: Residency, step: int) -> StepCounts:
-    """Emulate decode step ``step`` of the plan, updating ``residency``."""
+NO_ROUTES = np.zeros((1, 1), dtype=np.int64)
+
+
+def run_step(plan: Plan, residency: Residency, step: int,
+             routes: np.ndarray = NO_ROUTES) -> StepCounts:
+    """Emulate decode step ``step`` of the plan, updating ``residency``; ``routes`` is the
+    step's MoE route table (:meth:`memsim.routing.Router.tally`)."""
     n_ops, n_tiers = plan.n_ops, len(plan.tier_names)
     counts = StepCounts(
         step=step,
@@ -61,8 +67,9 @@ def run_step(plan: Plan, residency: Residency, step: int) -> StepCounts:
     dev = plan.device
     k.walk_step(plan.op_int, plan.op_float, step, plan.workload.seed, dev.cores,
                 dev.vector_ops_per_s, dev.op_launch_s, plan.tier_bandwidth, plan.tier_latency_s,
-                plan.tier_granularity, plan.link_bandwidth, plan.link_latency_s, residency.arena,
-                counts.read_bits, counts.written_bits, counts.results, counts.times)
+                plan.tier_granularity, plan.link_bandwidth, plan.link_latency_s, routes,
+                residency.arena, counts.read_bits, counts.written_bits, counts.results,
+                counts.times)
     return counts
 
 
@@ -181,12 +188,17 @@ class SystemRun:
         self.summaries: list[StepSummary] = []
         self.cold: StepCounts | None = None
         self.warm: StepCounts | None = None
+        workload, model = system.workload, system.model
+        self.router = (Router(model, workload.routing, workload.seed,
+                              workload.batch * workload.new_tokens, workload.microbatches,
+                              workload.ep) if model.is_moe else None)
 
     def step(self, step: int) -> StepSummary:
         """Emulate step ``step`` on every stage; returns its summary."""
         system = self.system
         dev = system.device
-        counts = _concatenate([run_step(plan, res, step)
+        routes = self.router.tally(step) if self.router else NO_ROUTES
+        counts = _concatenate([run_step(plan, res, step, routes)
                                for plan, res in zip(system.stages, self.residencies)])
         peers = _concatenate([peer_embedding_counts(plan, step) for plan in system.stages])
         summary = summarize(counts, system.stages[0].tier_names, self.energy,
@@ -194,7 +206,9 @@ class SystemRun:
                             op_micro=self.op_micro, weight_ops=self.weight_ops,
                             tp=system.workload.tp,
                             link_energy_j_per_byte=dev.link.energy_j_per_byte if dev.link else 0.0,
-                            peers=peers, peer_ops=self.peer_ops)
+                            peers=peers, peer_ops=self.peer_ops,
+                            op_layer=self.op_int[:, k.C_LAYER] if system.parallel_stages
+                            else None)
         self.summaries.append(summary)
         self.cold = counts if self.cold is None else self.cold
         self.warm = counts
@@ -217,6 +231,8 @@ class SystemRun:
             op_microbatches=tuple(int(x) for x in self.op_micro),
             energy_j_per_byte=self.energy, energy_j_per_flop=dev.energy_j_per_flop,
             steps=tuple(self.summaries), cold_counts=self.cold, warm_counts=self.warm,
-            policy=system.policy, tp=workload.tp, pp=len(stages),
+            policy=system.policy, tp=workload.tp,
+            pp=1 if system.parallel_stages else len(stages), ep=workload.ep,
             microbatches=workload.microbatches, holdings=holdings,
+            weights_held=sum(system.bytes_by_tier("weight").values()),
         )

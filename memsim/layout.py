@@ -10,7 +10,8 @@ where ROLE is ``weights``, ``kv``, ``norms`` or one tensor role (``embedding``, 
 ``o_proj``, ``gate``, ``up``, ``down``, ``attn_norm``, ``ffn_norm``, ``final_norm``,
 ``lm_head``), the optional slice selects layers as in Python (``weights[40:80]``), and FRACTION
 in (0, 1] moves only that share of each tensor: the last column tiles of a weight, the last rows
-of an embedding; of a KV cache, the oldest blocks when the target is further out than its home
+of an embedding; of the routed ``experts``, the coldest share of each layer's experts by routing
+probability (``experts=cxl:0.75``: the three quarters least chosen live behind CXL); of a KV cache, the oldest blocks when the target is further out than its home
 (``kv=cxl:0.5``: recent tokens stay near) and the most recent blocks when it is nearer
 (``kv=sram:0.1`` on a hybrid chip: the KV of recent tokens on chip).
 """
@@ -25,7 +26,8 @@ from memsim.device import Device
 from memsim.errors import ConfigError
 from memsim.model import Model
 
-LAYER_ROLES = ("attn_norm", "qkv", "kv", "o_proj", "ffn_norm", "gate", "up", "down")
+LAYER_ROLES = ("attn_norm", "qkv", "kv", "o_proj", "ffn_norm", "gate", "up", "down", "router",
+               "experts", "shared_experts")
 GLOBAL_ROLES = ("embedding", "final_norm", "lm_head", "draft_head")
 GROUPS = {
     "weights": frozenset(r for r in LAYER_ROLES + GLOBAL_ROLES if r != "kv"),
@@ -148,6 +150,7 @@ class Shard:
     kv_heads: int
     ffn: int
     vocab_rows: int
+    dense_ffn: int = 0
 
     @property
     def q_per_kv(self) -> int:
@@ -164,11 +167,14 @@ def shard(model: Model, tp: int) -> Shard:
     if model.kv_heads % tp and tp % model.kv_heads:
         raise ConfigError(f"tensor parallel {tp} must divide the {model.kv_heads} KV heads of "
                           f"{model.name} or be a multiple of them", field="tp")
-    if model.ffn % tp:
-        raise ConfigError(f"tensor parallel {tp} must divide the FFN width {model.ffn} of "
-                          f"{model.name}", field="tp")
+    dense_ffn = model.dense_ffn or model.ffn
+    for width in (model.ffn, dense_ffn):
+        if width % tp:
+            raise ConfigError(f"tensor parallel {tp} must divide the FFN width {width} of "
+                              f"{model.name}", field="tp")
     return Shard(tp=tp, heads=model.heads // tp, kv_heads=max(1, model.kv_heads // tp),
-                 ffn=model.ffn // tp, vocab_rows=-(-model.vocab // tp))
+                 ffn=model.ffn // tp, vocab_rows=-(-model.vocab // tp),
+                 dense_ffn=dense_ffn // tp)
 
 
 def tp_degrees(model: Model, limit: int) -> list[int]:

@@ -15,7 +15,9 @@ from memsim.units import parse_quantity
 class Model:
     """A decoder-only transformer with grouped-query attention and a gated (SwiGLU) FFN.
 
-    ``ffn`` is the intermediate size of one FFN block (of one expert, for MoE models).
+    ``ffn`` is the intermediate size of one FFN block (of one routed expert, for MoE models).
+    An MoE model may also have ``shared_experts`` that every token uses (each of size ``ffn``)
+    and ``dense_layers`` leading layers with a dense FFN of size ``dense_ffn``.
     """
 
     name: str
@@ -30,6 +32,9 @@ class Model:
     tied_embeddings: bool
     experts: int = 1
     experts_per_token: int = 1
+    shared_experts: int = 0
+    dense_layers: int = 0
+    dense_ffn: int = 0
     published_params: float = 0.0
     published_active_params: float = 0.0
     source: str = ""
@@ -38,6 +43,15 @@ class Model:
     def is_moe(self) -> bool:
         """True for a mixture-of-experts model."""
         return self.experts > 1
+
+    def is_moe_layer(self, layer: int) -> bool:
+        """True when ``layer`` routes tokens to experts (False for the leading dense layers)."""
+        return self.is_moe and layer >= self.dense_layers
+
+    @property
+    def moe_layers(self) -> int:
+        """Layers with routed experts."""
+        return self.layers - self.dense_layers if self.is_moe else 0
 
     @property
     def attention_params_per_layer(self) -> int:
@@ -66,19 +80,26 @@ class Model:
         """Input embedding plus the LM head (counted once when tied)."""
         return self.vocab * self.hidden * (1 if self.tied_embeddings else 2)
 
+    def _ffn_params(self, routed: int) -> int:
+        """FFN weights of all layers when each MoE layer uses ``routed`` routed experts."""
+        dense = self.layers - self.moe_layers
+        moe = self.moe_layers * (self.router_params_per_layer + (routed + self.shared_experts)
+                                 * self.ffn_params_per_expert)
+        return dense * 3 * self.hidden * (self.dense_ffn or self.ffn) + moe
+
     @property
     def total_params(self) -> int:
         """All parameters, as published counts them (norms included)."""
-        per_layer = (self.attention_params_per_layer + self.router_params_per_layer
-                     + self.experts * self.ffn_params_per_expert)
-        return self.layers * per_layer + self.embedding_params + self.norm_params
+        return (self.layers * self.attention_params_per_layer
+                + self._ffn_params(self.experts if self.is_moe else 0)
+                + self.embedding_params + self.norm_params)
 
     @property
     def active_params(self) -> int:
         """Parameters one token uses: top-k experts instead of all (equal to total for dense)."""
-        per_layer = (self.attention_params_per_layer + self.router_params_per_layer
-                     + self.experts_per_token * self.ffn_params_per_expert)
-        return self.layers * per_layer + self.embedding_params + self.norm_params
+        return (self.layers * self.attention_params_per_layer
+                + self._ffn_params(self.experts_per_token if self.is_moe else 0)
+                + self.embedding_params + self.norm_params)
 
     def kv_elements_per_token(self) -> int:
         """K and V values one token adds to the cache, over all layers."""
@@ -101,10 +122,18 @@ def parse_model(data: dict, *, file: str) -> Model:
         raise ConfigError(f"heads ({ints['heads']}) must be a multiple of kv_heads "
                           f"({ints['kv_heads']})", file=file, field="kv_heads")
     experts, per_token, active = 1, 1, 0.0
+    extra: dict[str, int] = {}
     if "moe" in data:
         moe = require_table(data["moe"], file=file, field="moe")
         check_keys(moe, required=("experts", "experts_per_token"),
-                   optional=("published_active_params",), file=file, prefix="moe.")
+                   optional=("published_active_params", "shared_experts", "dense_layers",
+                             "dense_ffn"), file=file, prefix="moe.")
+        for key in ("shared_experts", "dense_layers", "dense_ffn"):
+            if key in moe:
+                extra[key] = require_int(moe[key], file=file, field=f"moe.{key}", minimum=0)
+        if extra.get("dense_layers", 0) >= ints["layers"]:
+            raise ConfigError(f"dense_layers must leave at least one MoE layer of "
+                              f"{ints['layers']}", file=file, field="moe.dense_layers")
         experts = require_int(moe["experts"], file=file, field="moe.experts", minimum=2)
         per_token = require_int(moe["experts_per_token"], file=file,
                                 field="moe.experts_per_token")
@@ -124,7 +153,7 @@ def parse_model(data: dict, *, file: str) -> Model:
                                         field="published_params"),
         published_active_params=active,
         source=require_str(data["source"], file=file, field="source"),
-        **ints,
+        **ints, **extra,
     )
 
 

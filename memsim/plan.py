@@ -30,6 +30,7 @@ from memsim.kernels import step as k
 from memsim.layout import (PlacementRule, Shard, balanced_stages, collective_steps,
                            default_homes, parse_placement, policies, shard, spill_tier)
 from memsim.model import Model
+from memsim.routing import probabilities
 from memsim.units import format_quantity
 from memsim.workload import Decode
 
@@ -119,6 +120,7 @@ class SystemPlan:
     policy: str
     shard: Shard
     stages: tuple[Plan, ...]
+    parallel_stages: bool = False     # expert parallel: the "stages" are chips side by side
 
     @property
     def chips(self) -> int:
@@ -179,6 +181,7 @@ class _Spec:
     k: int              # contraction length (weights), row bits (KV)
     units: int          # placement units: column tiles, embedding rows, KV blocks, 1 (norm)
     sequences: int = 0  # KV: sequences x KV heads of this chip
+    expert: int = -1    # routed experts: the expert's id in its layer
 
 
 class _Placer:
@@ -191,6 +194,11 @@ class _Placer:
         self.workload = workload
         self.rules = rules
         self.tile_n = tile_n
+        self.expert_rank = None
+        if model.is_moe and any("experts" in rule.roles for rule in rules):
+            probs = probabilities(model, workload.routing, workload.seed)
+            # rank 0 is each layer's coldest expert
+            self.expert_rank = np.argsort(np.argsort(probs, axis=1, kind="stable"), axis=1)
         weights, kv = default_homes(device, policy)
         self.homes = {"weight": device.tier_index(weights), "kv": device.tier_index(kv)}
 
@@ -210,6 +218,10 @@ class _Placer:
 
     def _apply(self, spec: _Spec, rule: PlacementRule, default: int) -> tuple[int, int, int]:
         target = self.device.tier_index(rule.tier)
+        if spec.role == "experts":        # the coldest share of the layer's experts, whole
+            cold = math.ceil(rule.fraction * self.model.experts - 1e-9)
+            rank = self.expert_rank[spec.layer - self.model.dense_layers, spec.expert]
+            return (target, target, 0) if rank < cold else (default, default, 0)
         far = math.ceil(rule.fraction * spec.units - 1e-9)
         if far >= spec.units or target == default:
             return target, target, 0
@@ -247,9 +259,11 @@ class _Placer:
 
 
 def _item_specs(model: Model, workload: Decode, sh: Shard, tile_n: int, final_tokens: int,
-                sequences: int) -> list[list[_Spec]]:
+                sequences: int, experts: range | None = None) -> list[list[_Spec]]:
     """The tensors of one chip, grouped into pipeline items: the embedding, each layer, the
-    head (final norm and LM head). KV specs cover ``sequences`` sequences."""
+    head (final norm and LM head). KV specs cover ``sequences`` sequences; an MoE layer holds
+    the routed ``experts`` (all of them unless given) and the shared ones."""
+    experts = range(model.experts) if experts is None else experts
     wfmt = get_format(workload.weights)
     act = get_format(workload.activations)
     h, hd = model.hidden, model.head_dim
@@ -267,17 +281,29 @@ def _item_specs(model: Model, workload: Decode, sh: Shard, tile_n: int, final_to
     items = [[_Spec("embedding", "weight", "embedding", -1, wfmt, sh.vocab_rows, h,
                     sh.vocab_rows)]]
     for layer in range(model.layers):
-        items.append([
+        item = [
             norm("attn_norm", layer),
             weight("qkv", layer, (sh.heads + 2 * sh.kv_heads) * hd, h),
             _Spec(f"kv.{layer}", "kv", "kv", layer, get_format(workload.kv), blocks, row_bits,
                   blocks, sequences * sh.kv_heads),
             weight("o_proj", layer, h, sh.heads * hd),
             norm("ffn_norm", layer),
-            weight("gate", layer, sh.ffn, h),
-            weight("up", layer, sh.ffn, h),
-            weight("down", layer, h, sh.ffn),
-        ])
+        ]
+        if model.is_moe_layer(layer):
+            item.append(weight("router", layer, model.experts, h))
+            for e in experts:
+                for name, n, kk in (("gate", sh.ffn, h), ("up", sh.ffn, h), ("down", h, sh.ffn)):
+                    spec = weight("experts", layer, n, kk, name=f"expert_{name}.{layer}.{e}")
+                    item.append(dataclasses.replace(spec, expert=e))
+            for i in range(model.shared_experts):
+                for name, n, kk in (("gate", sh.ffn, h), ("up", sh.ffn, h), ("down", h, sh.ffn)):
+                    item.append(weight("shared_experts", layer, n, kk,
+                                       name=f"shared_{name}.{layer}.{i}"))
+        else:
+            width = sh.dense_ffn if model.is_moe else sh.ffn
+            item += [weight("gate", layer, width, h), weight("up", layer, width, h),
+                     weight("down", layer, h, width)]
+        items.append(item)
     head = [norm("final_norm", -1), weight("lm_head", -1, sh.vocab_rows, h)]
     for i in range(workload.draft_heads):
         head.append(weight("draft_head", -1, h, h, name=f"draft_head_res.{i}"))
@@ -299,9 +325,6 @@ def plan_system(device: Device, model: Model, workload: Decode) -> SystemPlan:
     The ``auto`` policy takes the device's own; when that does not fit and the device has a
     slower tier to spill to, it takes ``tiered``.
     """
-    if model.is_moe:
-        raise ConfigError("mixture-of-experts models are not emulated yet (routing comes with the "
-                          "MoE issue); choose a dense model", field="model")
     if workload.policy != "auto":
         return _plan_policy(device, model, workload, workload.policy)
     try:
@@ -317,22 +340,42 @@ def _check_chips(device: Device, workload: Decode) -> None:
         return
     if device.link is None:
         raise ConfigError(f"{device.name} has no chip-to-chip link in its device file, so it "
-                          f"runs on one chip; got tp={workload.tp}, pp={workload.pp}",
-                          file=device.file, field="tp")
+                          f"runs on one chip; got tp={workload.tp}, pp={workload.pp}, "
+                          f"ep={workload.ep}", file=device.file,
+                          field="ep" if workload.ep > 1 else "tp")
     if workload.chips > device.link.max_chips:
-        raise ConfigError(f"tp x pp = {workload.chips} chips exceeds the {device.link.max_chips} "
+        raise ConfigError(f"tp x pp x ep = {workload.chips} chips exceeds the "
+                          f"{device.link.max_chips} "
                           f"chips one {device.name} link domain connects (link.max_chips)",
                           file=device.file,
                           field="tp" if workload.tp > device.link.max_chips else "pp")
 
 
+def _check_expert_parallel(model: Model, workload: Decode) -> None:
+    if workload.ep == 1:
+        return
+    if not model.is_moe:
+        raise ConfigError(f"expert parallel needs an MoE model; {model.name} is dense",
+                          field="ep")
+    if workload.tp > 1 or workload.pp > 1 or workload.microbatches > 1:
+        raise ConfigError("expert parallel combined with tensor or pipeline parallel (or "
+                          "microbatches) is not modelled yet; use ep alone", field="ep")
+    for what, count in (("experts", model.experts), ("batch", workload.batch)):
+        if count % workload.ep:
+            raise ConfigError(f"ep {workload.ep} must divide the {what} ({count})", field="ep")
+
+
 def _plan_policy(device: Device, model: Model, workload: Decode, policy: str) -> SystemPlan:
     _check_chips(device, workload)
+    _check_expert_parallel(model, workload)
     sh = shard(model, workload.tp)
     rules = parse_placement(workload.placement, device, model.layers)
     tile_n = workload.tile_n or device.tile_n
     final_tokens = workload.context + workload.steps * workload.new_tokens
     placer = _Placer(device, model, workload, policy, rules, tile_n)
+    if workload.ep > 1:
+        return _plan_expert_parallel(device, model, workload, policy, sh, placer, tile_n,
+                                     final_tokens)
     items = _item_specs(model, workload, sh, tile_n, final_tokens, workload.batch)
     placed = [[placer.place(spec) for spec in item] for item in items]
     starts = _stage_starts(device, placed, workload.pp, policy)
@@ -342,6 +385,26 @@ def _plan_policy(device: Device, model: Model, workload: Decode, policy: str) ->
         for s, (a, b) in enumerate(zip(starts, ends)))
     return SystemPlan(device=device, model=model, workload=workload, policy=policy, shard=sh,
                       stages=stages)
+
+
+def _plan_expert_parallel(device: Device, model: Model, workload: Decode, policy: str,
+                          sh: Shard, placer: _Placer, tile_n: int,
+                          final_tokens: int) -> SystemPlan:
+    """One plan per chip: each holds every layer's attention and its share of the batch, and
+    an equal share of every MoE layer's routed experts."""
+    ep = workload.ep
+    local = dataclasses.replace(workload, batch=workload.batch // ep)
+    per_chip = model.experts // ep
+    chips = []
+    for chip in range(ep):
+        experts = range(chip * per_chip, (chip + 1) * per_chip)
+        items = _item_specs(model, local, sh, tile_n, final_tokens, local.batch, experts)
+        chips.append(_plan_stage(device, model, local, policy, sh, placer, items, 0, chip, ep,
+                                 expert_chip=chip,
+                                 token_base=chip * local.batch * workload.new_tokens,
+                                 step_tokens=workload.batch * workload.new_tokens))
+    return SystemPlan(device=device, model=model, workload=workload, policy=policy, shard=sh,
+                      stages=tuple(chips), parallel_stages=True)
 
 
 def _stage_starts(device: Device, placed: list[list[Tensor]], pp: int, policy: str) -> list[int]:
@@ -368,7 +431,9 @@ def _stage_starts(device: Device, placed: list[list[Tensor]], pp: int, policy: s
 
 def _plan_stage(device: Device, model: Model, workload: Decode, policy: str, sh: Shard,
                 placer: _Placer, items: list[list[_Spec]], first_item: int, stage: int,
-                stages: int) -> Plan:
+                stages: int, *, expert_chip: int = -1, token_base: int = 0,
+                step_tokens: int = 0) -> Plan:
+    """One stage's (or, under expert parallel, one chip's) tensors and op table."""
     wfmt = get_format(workload.weights)
     kvfmt = get_format(workload.kv)
     act = get_format(workload.activations)
@@ -455,16 +520,19 @@ def _plan_stage(device: Device, model: Model, workload: Decode, policy: str, sh:
         row[k.C_CHIPS] = chips
         row[k.C_PASSES] = passes
         row[k.C_LINK_STEPS] = steps_per_pass
-        row[k.C_TOKEN_BASE] = micro * m_rows
-        row[k.C_STEP_TOKENS] = workload.batch * workload.new_tokens
+        row[k.C_TOKEN_BASE] = token_base + micro * m_rows
+        row[k.C_STEP_TOKENS] = step_tokens or workload.batch * workload.new_tokens
+        row[k.C_ROUTE] = -1
+        row[k.C_LAUNCHES] = 1
         rows.append(row)
         floats.append((peak, dequant))
         op_names.append(name)
         op_micro.append(micro)
         return row
 
-    def matmul(name: str, layer: int, kk: int, n: int, tensor: str = "", rows: int = 0) -> None:
-        add_op(name, k.OP_MATMUL, layer,
+    def matmul(name: str, layer: int, kk: int, n: int, tensor: str = "",
+               rows: int = 0) -> np.ndarray:
+        return add_op(name, k.OP_MATMUL, layer,
                index[tensor or (f"{name}.{layer}" if layer >= 0 else name)], wfmt,
                m=rows or m_rows, kk=kk, n=n, peak=weight_peak, dequant=weight_dequant)
 
@@ -478,6 +546,38 @@ def _plan_stage(device: Device, model: Model, workload: Decode, policy: str, sh:
                    passes=passes)
 
     h, hd = model.hidden, model.head_dim
+    a2a_steps = collective_steps(link.topology, workload.ep) if link else 0
+
+    def moe(layer: int) -> None:
+        """Router, then each routed expert of this chip on the tokens the step sends it (a fused
+        kernel: two launches for all experts, paid by the router), then the shared experts."""
+        route = (layer - model.dense_layers) * workload.microbatches + micro
+        local = [s for s in items_experts if s.layer == layer and s.name.startswith("expert_")]
+        router = matmul("router", layer, h, model.experts)
+        router[k.C_LAUNCHES] = 1 + (2 if local else 0)
+        if expert_chip >= 0:
+            exchange("moe_dispatch", layer, route)
+        for spec in local:
+            part = spec.name.split(".")[0]
+            kk, n = (sh.ffn, h) if part == "expert_down" else (h, sh.ffn)
+            row = matmul(part, layer, kk, n, tensor=spec.name)
+            row[k.C_ROUTE] = route
+            row[k.C_ROUTE_COL] = spec.expert
+            row[k.C_LAUNCHES] = 0
+        if expert_chip >= 0:
+            exchange("moe_combine", layer, route)
+        for i in range(model.shared_experts):
+            matmul("shared_gate", layer, h, sh.ffn, tensor=f"shared_gate.{layer}.{i}")
+            matmul("shared_up", layer, h, sh.ffn, tensor=f"shared_up.{layer}.{i}")
+            matmul("shared_down", layer, sh.ffn, h, tensor=f"shared_down.{layer}.{i}")
+
+    def exchange(name: str, layer: int, route: int) -> None:
+        row = add_op(name, k.OP_ALL_TO_ALL, layer, -1, act, kk=h)
+        row[k.C_ROUTE] = route
+        row[k.C_ROUTE_COL] = model.experts + expert_chip
+        row[k.C_LINK_STEPS] = a2a_steps
+
+    items_experts = [spec for item in items for spec in item if spec.role == "experts"]
     layers: list[int] = []
     for micro in range(workload.microbatches):
         suffix = f".mb{micro}" if micro else ""
@@ -499,9 +599,13 @@ def _plan_stage(device: Device, model: Model, workload: Decode, policy: str, sh:
                 matmul("o_proj", layer, sh.heads * hd, h)
                 all_reduce("attn_allreduce", layer, h)
                 norm("ffn_norm", layer)
-                matmul("gate", layer, h, sh.ffn)
-                matmul("up", layer, h, sh.ffn)
-                matmul("down", layer, sh.ffn, h)
+                if model.is_moe_layer(layer):
+                    moe(layer)
+                else:
+                    width = sh.dense_ffn if model.is_moe else sh.ffn
+                    matmul("gate", layer, h, width)
+                    matmul("up", layer, h, width)
+                    matmul("down", layer, width, h)
                 all_reduce("ffn_allreduce", layer, h)
             else:
                 norm("final_norm", -1)
@@ -510,6 +614,8 @@ def _plan_stage(device: Device, model: Model, workload: Decode, policy: str, sh:
                 for i in range(workload.draft_heads):     # on the last accepted position only
                     matmul("draft_head_res", -1, h, h, f"draft_head_res.{i}", rows=mb)
                     matmul("draft_head_lm", -1, h, sh.vocab_rows, f"draft_head_lm.{i}", rows=mb)
+        if expert_chip >= 0:
+            continue                    # expert-parallel chips are side by side, not a pipeline
         if stage < stages - 1:
             add_op("send", k.OP_SEND, -1, -1, act, m=m_rows, kk=h)
         elif stages > 1:

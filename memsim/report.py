@@ -152,11 +152,19 @@ class Report:
     pp: int = 1
     microbatches: int = 1
     holdings: tuple[ChipHoldings, ...] = ()
+    ep: int = 1
+    weights_held: int = 0              # weight bytes stored over the whole system
 
     @property
     def chips(self) -> int:
-        """Chips in the system: tensor parallel x pipeline stages."""
-        return self.tp * self.pp
+        """Chips in the system: tensor parallel x pipeline stages x expert parallel."""
+        return self.tp * self.pp * self.ep
+
+    @property
+    def weight_bytes_read(self) -> int:
+        """Weight bytes the warm step read from their homes, all tiers and chips (on-chip
+        homes included: what the compute consumed of weights it did not find cached)."""
+        return sum(self.warm.weight_bytes_read[t] for t in self.tier_names[1:])
 
     @property
     def link_bytes(self) -> int:
@@ -164,8 +172,9 @@ class Report:
         return self.warm.link_bytes
 
     def chip(self, stage: int = 0) -> dict[str, Any]:
-        """One chip of pipeline stage ``stage`` in the warm step: bytes read and written per
-        tier, weight bytes read per tier, link bytes sent, busy time, and what it holds."""
+        """One chip of pipeline stage ``stage`` (under expert parallel: chip ``stage``) in the
+        warm step: bytes read and written per tier, weight bytes read per tier, link bytes sent,
+        busy time, and what it holds."""
         warm = self.warm
         return {
             "stage": stage,
@@ -243,6 +252,19 @@ class Report:
         """Joules per generated token (warm step energy over the tokens it made)."""
         return self.warm.energy_j / self.tokens_per_step
 
+    def warm_spread(self) -> dict[str, tuple[float, float]]:
+        """Mean and standard deviation over the warm steps (all but the first) of the step
+        time and the weight bytes read: routed experts make them vary from step to step."""
+        warm = self.steps[1:] or self.steps
+        out = {}
+        for name, values in (
+                ("time_s", [s.time_s for s in warm]),
+                ("weight_bytes_read", [sum(s.weight_bytes_read[t] for t in self.tier_names[1:])
+                                       for s in warm])):
+            array = np.array(values, dtype=np.float64)
+            out[name] = (float(array.mean()), float(array.std(ddof=1)) if len(array) > 1 else 0.0)
+        return out
+
     @property
     def off_chip_weight_bytes(self) -> int:
         """Weight bytes read from every tier but the on-chip one, warm step, all chips."""
@@ -307,8 +329,10 @@ class Report:
             "device": self.device, "model": self.model, "workload": dict(self.workload),
             "tiers": list(self.tier_names),
             "policy": self.policy, "chips": self.chips, "tp": self.tp, "pp": self.pp,
-            "microbatches": self.microbatches,
-            "per_chip": [self.chip(s) for s in range(self.pp)],
+            "ep": self.ep, "microbatches": self.microbatches,
+            "weights_held": self.weights_held, "weight_bytes_read": self.weight_bytes_read,
+            "warm_spread": {key: list(value) for key, value in self.warm_spread().items()},
+            "per_chip": [self.chip(s) for s in range(max(self.pp, self.ep))],
             "link_bytes": self.link_bytes,
             "time_per_token_s": self.time_per_token,
             "tokens_per_s": self.tokens_per_s,
@@ -363,18 +387,28 @@ class Report:
             f"  intensity        {self.arithmetic_intensity:.2f} FLOP per off-chip byte",
             f"  on-chip tiles    {self.hits:,} hits, {self.misses:,} misses (warm); cold step "
             f"{self.cold.misses:,} misses, {format_quantity(self.cold.time_s, 'time')}",
-            f"  system           {self.chips} chip(s): tp {self.tp} x pp {self.pp}, "
-            f"{self.microbatches} microbatch(es), policy {self.policy}; link "
+            f"  system           {self.chips} chip(s): tp {self.tp} x pp {self.pp}"
+            + (f" x ep {self.ep}" if self.ep > 1 else "")
+            + f", {self.microbatches} microbatch(es), policy {self.policy}; link "
             f"{self.link_bytes:,} B per step",
+            f"  weights read     {self.weight_bytes_read:,} B off chip of {self.weights_held:,} B"
+            f" held ({100 * self.weight_bytes_read / max(self.weights_held, 1):.1f}%)",
         ]
+        if len(self.steps) > 2:
+            spread = self.warm_spread()
+            (t_mean, t_sd), (w_mean, w_sd) = spread["time_s"], spread["weight_bytes_read"]
+            lines.append(f"  over {len(self.steps) - 1} warm steps: time "
+                         f"{format_quantity(t_mean, 'time')} +- {format_quantity(t_sd, 'time')}, "
+                         f"weights read {w_mean:,.0f} +- {w_sd:,.0f} B")
         lines.append("  whole system, warm step:")
         for tier in self.tier_names:
             lines.append(f"    {tier:<6} read {self.bytes_read[tier]:>20,} B (weights "
                          f"{self.warm.weight_bytes_read[tier]:>18,} B)   written "
                          f"{self.bytes_written[tier]:>16,} B")
         if self.chips > 1:
-            lines.append("  one chip of each stage, warm step:")
-            for stage in range(self.pp):
+            lines.append("  one chip of each stage, warm step:" if self.ep == 1
+                         else "  each chip, warm step:")
+            for stage in range(max(self.pp, self.ep)):
                 chip = self.chip(stage)
                 layers = self.holdings[stage].layers if self.holdings else ()
                 span = f"layers {layers[0]}-{layers[-1]}" if layers else "no layers"
@@ -408,7 +442,8 @@ def summarize(counts: StepCounts, tier_names: tuple[str, ...], energy_j_per_byte
               energy_j_per_flop: float, *, op_stage: np.ndarray, op_micro: np.ndarray,
               weight_ops: np.ndarray, tp: int = 1, link_energy_j_per_byte: float = 0.0,
               peers: StepCounts | None = None,
-              peer_ops: np.ndarray | None = None) -> StepSummary:
+              peer_ops: np.ndarray | None = None,
+              op_layer: np.ndarray | None = None) -> StepSummary:
     """Totals of one step's counters: per chip of each stage, and over the system (``tp``
     chips per stage); bytes summed from per-op whole bytes.
 
@@ -416,6 +451,9 @@ def summarize(counts: StepCounts, tier_names: tuple[str, ...], energy_j_per_byte
     emulated chip, except for the ops whose rows in ``peers`` are non-zero (the vocabulary-
     parallel embedding lookup): the ops in ``peer_ops`` count the emulated chip once plus what
     ``peers`` says the other chips did.
+
+    With ``op_layer`` the stages are chips working side by side (expert parallel) that wait for
+    each other at every layer: the step is the sum over layers of the slowest chip's time.
     """
     read_ops = _bytes(counts.read_bits)
     written_ops = _bytes(counts.written_bits)
@@ -432,14 +470,24 @@ def summarize(counts: StepCounts, tier_names: tuple[str, ...], energy_j_per_byte
                         for s in range(stages))
     chip_link = tuple(int(link_ops[op_stage == s].sum()) for s in range(stages))
     op_time = counts.times.sum(axis=1)
-    busy = np.zeros((stages, micros))
-    np.add.at(busy, (op_stage, op_micro), op_time)
-    path = busy.sum(axis=0)
-    work = busy.sum(axis=1)
-    if path.max() >= work.max():
-        critical = op_micro == int(np.argmax(path))
+    if op_layer is not None:
+        buckets = op_layer + 1
+        per_layer = np.zeros((stages, int(buckets.max()) + 1))
+        np.add.at(per_layer, (op_stage, buckets), op_time)
+        slowest = per_layer.argmax(axis=0)
+        critical = op_stage == slowest[buckets]
+        work = per_layer.sum(axis=1)
+        step_time = float(per_layer.max(axis=0).sum())
     else:
-        critical = op_stage == int(np.argmax(work))
+        busy = np.zeros((stages, micros))
+        np.add.at(busy, (op_stage, op_micro), op_time)
+        path = busy.sum(axis=0)
+        work = busy.sum(axis=1)
+        if path.max() >= work.max():
+            critical = op_micro == int(np.argmax(path))
+        else:
+            critical = op_stage == int(np.argmax(work))
+        step_time = float(max(path.max(), work.max()))
     by_column = counts.times[critical].sum(axis=0)
     labels = _bound_labels(tier_names)
 
@@ -480,7 +528,7 @@ def summarize(counts: StepCounts, tier_names: tuple[str, ...], energy_j_per_byte
         hit_bytes=int(system(_bytes(counts.results[:, k.R_HIT_BITS]),
                              _bytes(peer_results[:, k.R_HIT_BITS]))),
         flops=int(results[k.R_FLOPS]), vector_ops=int(results[k.R_VECTOR_OPS]),
-        time_s=float(max(path.max(), work.max())),
+        time_s=step_time,
         time_by_bound={label: float(by_column[i]) for i, label in enumerate(labels)},
         energy_j=float(energy),
     )

@@ -9,6 +9,7 @@ from typing import Any
 
 from memsim.errors import ConfigError
 from memsim.formats import get_format
+from memsim.routing import parse_routing
 
 RESIDENCY_POLICIES = ("auto", "lru", "pinned")
 POLICY_CHOICES = ("auto", "hbm-centric", "sram-resident", "hybrid", "tiered", "weight-streaming")
@@ -44,6 +45,11 @@ class Decode:
     policy : memory strategy (``memsim plan`` lists a device's); ``auto`` takes the device's own
         and falls back to ``tiered`` when the model does not fit but a slower tier can take the
         rest.
+    ep : expert-parallel chips (MoE models): each holds an equal share of every layer's routed
+        experts and of the batch (attention data parallel); tokens go to their experts' chips
+        and back over the link (all-to-all).
+    routing : how tokens choose experts: ``uniform``, ``zipf:S`` or a ``.npy`` trace (see
+        :mod:`memsim.routing`).
     draft_heads : self-drafting heads (Medusa style) run after the LM head on each sequence's
         last position: each a residual block (hidden x hidden) and its own vocabulary projection.
     placement : ``{selector: tier}`` overrides, applied in order, e.g. ``{"kv": "cxl"}``,
@@ -69,6 +75,8 @@ class Decode:
     policy: str = "auto"
     placement: Any = ()
     draft_heads: int = 0
+    ep: int = 1
+    routing: str = "uniform"
 
     def __post_init__(self) -> None:
         _positive_int(self.batch, "batch")
@@ -90,6 +98,11 @@ class Decode:
                               f"{self.residency!r}", field="residency")
         _positive_int(self.draft_heads, "draft_heads", minimum=0)
         _positive_int(self.tp, "tp")
+        _positive_int(self.ep, "ep")
+        if not isinstance(self.routing, str):
+            raise ConfigError(f"expected a routing such as 'uniform', got {self.routing!r}",
+                              field="routing")
+        parse_routing(self.routing)
         _positive_int(self.pp, "pp")
         if self.microbatches is None:
             object.__setattr__(self, "microbatches", max(
@@ -105,8 +118,8 @@ class Decode:
 
     @property
     def chips(self) -> int:
-        """Chips the workload runs on: tensor parallel x pipeline stages."""
-        return self.tp * self.pp
+        """Chips the workload runs on: tensor parallel x pipeline stages x expert parallel."""
+        return self.tp * self.pp * self.ep
 
     @property
     def microbatch(self) -> int:

@@ -82,8 +82,9 @@ def new_state(plan: Plan) -> ReferenceState:
     return ReferenceState(ReferenceLRU(plan.lru_capacity_bits))
 
 
-def run_step(plan: Plan, state: ReferenceState, step: int) -> dict:
-    """One decode step: per-op counters as lists, same layout as the kernel's outputs."""
+def run_step(plan: Plan, state: ReferenceState, step: int, routes=None) -> dict:
+    """One decode step: per-op counters as lists, same layout as the kernel's outputs;
+    ``routes`` is the step's MoE route table."""
     dev = plan.device
     n_ops, n_tiers = plan.n_ops, len(plan.tier_names)
     out = {
@@ -145,8 +146,20 @@ def run_step(plan: Plan, state: ReferenceState, step: int) -> dict:
             grain = row[k.C_M_GRAIN]
             return _ceil(rows, grain) * grain if grain > 1 else rows
 
-        if kind == k.OP_MATMUL:
+        routed = row[k.C_ROUTE] >= 0
+        if kind == k.OP_MATMUL and routed and routes[row[k.C_ROUTE]][row[k.C_ROUTE_COL]] == 0:
+            pass                                     # an expert no token chose: not touched
+        elif kind == k.OP_ALL_TO_ALL:
+            sent = int(routes[row[k.C_ROUTE]][row[k.C_ROUTE_COL]]) * row[k.C_K] * act_bits
+            counters["link_bits"] += sent
+            counters["act_read_bits"] += sent
+            counters["waves"] += 1
+            out["times"][op][n_tiers] += sent / 8.0 / plan.link_bandwidth
+            out["times"][op][n_tiers + 2] += row[k.C_LINK_STEPS] * plan.link_latency_s
+        elif kind == k.OP_MATMUL:
             m, kdim, n = row[k.C_M], row[k.C_K], row[k.C_N]
+            if routed:
+                m = int(routes[row[k.C_ROUTE]][row[k.C_ROUTE_COL]])
             tk, tn = row[k.C_TILE_K], row[k.C_TILE_N]
             n_tiles, k_tiles = _ceil(n, tn), _ceil(kdim, tk)
             split, per_unit, units, waves = work_units(n_tiles, k_tiles, cores)
@@ -283,6 +296,6 @@ def run_step(plan: Plan, state: ReferenceState, step: int) -> dict:
             wave[0] += m * kdim * act_bits
             counters["waves"] += 1
             close_wave(vector_ops / dev.vector_ops_per_s)
-        out["times"][op][n_tiers + 3] += dev.op_launch_s
+        out["times"][op][n_tiers + 3] += dev.op_launch_s * row[k.C_LAUNCHES]
     state.pinned_loaded = loaded_now
     return out

@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import memsim
-from memsim.emulate import Residency, run_step
+from memsim.emulate import NO_ROUTES, Residency, SystemRun, run_step
 from memsim.plan import make_plan, plan_system
 from tests import reference
 
@@ -24,11 +24,19 @@ def small_models(draw):
     kv_heads = draw(st.integers(1, 3))
     heads = kv_heads * draw(st.integers(1, 3))
     head_dim = draw(st.sampled_from([8, 16, 24, 32]))
+    layers = draw(st.integers(1, 2))
+    moe = {}
+    if draw(st.booleans()):
+        experts = draw(st.integers(2, 6))
+        moe = dict(experts=experts, experts_per_token=draw(st.integers(1, min(2, experts))),
+                   shared_experts=draw(st.integers(0, 1)),
+                   dense_layers=draw(st.integers(0, layers - 1)),
+                   dense_ffn=draw(st.integers(0, 30)) * 4)
     return memsim.Model(
-        name="tiny", display_name="tiny", layers=draw(st.integers(1, 2)),
+        name="tiny", display_name="tiny", layers=layers,
         hidden=draw(st.integers(4, 40)) * 4, heads=heads, kv_heads=kv_heads, head_dim=head_dim,
         ffn=draw(st.integers(4, 60)) * 4, vocab=draw(st.integers(16, 300)),
-        tied_embeddings=draw(st.booleans()))
+        tied_embeddings=draw(st.booleans()), **moe)
 
 
 @st.composite
@@ -52,15 +60,22 @@ def small_runs(draw):
             placement[selector] = draw(st.sampled_from(
                 ["cxl", "cxl:0.5", "cxl:0.25", device.tiers[1].name]))
     tp = draw(st.sampled_from([t for t in (1, 2, 3) if model.heads % t == 0
-                               and model.ffn % t == 0
+                               and model.ffn % t == 0 and (model.dense_ffn or model.ffn) % t == 0
                                and (model.kv_heads % t == 0 or t % model.kv_heads == 0)]))
     pp = draw(st.integers(1, model.layers + 1))
     if base.link is None:       # one chip only
         tp = pp = 1
     batch = draw(st.integers(1, 3))
+    ep = 1
+    if model.is_moe and base.link is not None and draw(st.booleans()):
+        ep = draw(st.sampled_from([e for e in (1, 2, 3) if model.experts % e == 0]))
+        batch = ep * draw(st.integers(1, 2))
+        tp = pp = 1
     workload = memsim.Decode(
-        tp=tp, pp=pp, placement=placement,
-        microbatches=draw(st.sampled_from([d for d in (1, 2, 3) if batch % d == 0])),
+        tp=tp, pp=pp, placement=placement, ep=ep,
+        routing=draw(st.sampled_from(["uniform", "zipf:1.2"])),
+        microbatches=1 if ep > 1 else draw(st.sampled_from([d for d in (1, 2, 3)
+                                                             if batch % d == 0])),
         batch=batch, context=draw(st.integers(0, 70)),
         weights=draw(st.sampled_from(FORMAT_NAMES)), kv=draw(st.sampled_from(KV_FORMATS)),
         steps=draw(st.integers(1, 3)), new_tokens=draw(st.integers(1, 3)),
@@ -75,7 +90,7 @@ def _with_big_memory(device: memsim.Device) -> memsim.Device:
     return device.with_overrides({f"tiers.{t.name}.capacity": "1 TB" for t in device.tiers[1:]})
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(small_runs())
 def test_kernel_equals_reference_twin(run):
     device, model, workload = run
@@ -84,16 +99,18 @@ def test_kernel_equals_reference_twin(run):
         system = plan_system(device, model, workload)
     except memsim.CapacityError:
         return
+    router = SystemRun(system).router
     for plan in system.stages:
-        _check_stage(plan, workload)
+        _check_stage(plan, workload, router)
 
 
-def _check_stage(plan, workload):
+def _check_stage(plan, workload, router):
     residency = Residency(plan)
     twin = reference.new_state(plan)
     for step in range(workload.steps):
-        counts = run_step(plan, residency, step)
-        expected = reference.run_step(plan, twin, step)
+        routes = router.tally(step) if router else NO_ROUTES
+        counts = run_step(plan, residency, step, routes)
+        expected = reference.run_step(plan, twin, step, routes.tolist())
         np.testing.assert_array_equal(counts.read_bits, np.array(expected["read"]))
         np.testing.assert_array_equal(counts.written_bits, np.array(expected["written"]))
         for column, name in enumerate(reference.OP_COLUMNS):
