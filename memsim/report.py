@@ -413,7 +413,8 @@ class Report:
                 layers = self.holdings[stage].layers if self.holdings else ()
                 span = f"layers {layers[0]}-{layers[-1]}" if layers else "no layers"
                 reads = ", ".join(f"{t} {chip['bytes_read'][t]:,} B" for t in self.tier_names)
-                lines.append(f"    stage {stage} ({span}): read {reads}; link "
+                label = "stage" if self.ep == 1 else "chip"
+                lines.append(f"    {label} {stage} ({span}): read {reads}; link "
                              f"{chip['link_bytes']:,} B; busy "
                              f"{format_quantity(chip['busy_s'], 'time')}")
         for holding in self.holdings:
