@@ -291,6 +291,31 @@ def _lookup(tensor, t, bits, a):
 
 
 @jit_inline
+def _flush(a):
+    """Empty the LRU, run by run."""
+    while a[0, S_TAIL] != NIL:
+        x = a[0, S_TAIL]
+        a[0, S_USED_BITS] -= (a[x, N_HI] - a[x, N_LO]) * a[x, N_BITS]
+        _unlink(x, a)
+
+
+@jit_inline
+def _evict_for(need, a):
+    """Evict the least recently used tiles until ``need`` more bits fit."""
+    while a[0, S_USED_BITS] + need > a[0, S_CAPACITY_BITS]:
+        x = a[0, S_TAIL]
+        bits = a[x, N_BITS]
+        excess = a[0, S_USED_BITS] + need - a[0, S_CAPACITY_BITS]
+        drop = a[x, N_HI] - a[x, N_LO]          # tiles of zero bits (no group starts) all go
+        if bits > 0:
+            drop = min(drop, (excess + bits - 1) // bits)
+        a[x, N_LO] += drop
+        a[0, S_USED_BITS] -= drop * bits
+        if a[x, N_LO] == a[x, N_HI]:
+            _unlink(x, a)
+
+
+@jit_inline
 def _begin_op(tensor, a):
     """Point the cursor at the first run of the tensor an op is about to walk."""
     a[0, S_CURSOR] = a[1 + tensor, T_FIRST]
@@ -407,6 +432,52 @@ def _close_wave(op, wave_bits, unit_compute_s, tier_bandwidth, tier_latency_s, t
     times[op, n_tiers + 2] += tier_latency_s[farthest]
 
 
+@jit_inline
+def _matmul_tile_bits(t, k, n, tk, tn, k_tiles, aligned, full_bits, elem_bits, group, meta_bits,
+                      padded, tensor_meta_bits):
+    """Bits of matmul tile ``t`` (tiles are numbered column by column: t = nt k_tiles + kt)."""
+    nt = t // k_tiles
+    kt = t - nt * k_tiles
+    k0 = kt * tk
+    kk = min(tk, k - k0)
+    nn = min(tn, n - nt * tn)
+    if aligned and kk == tk and nn == tn:
+        bits = full_bits
+    else:
+        bits = _tile_bits(k0, kk, nn, elem_bits, group, meta_bits, padded)
+    if t == 0:
+        bits += tensor_meta_bits
+    return bits
+
+
+@jit
+def _fill_streamed(tensor, n_tiles, total_bits, k, n, tk, tn, k_tiles, aligned, full_bits,
+                   elem_bits, group, meta_bits, padded, tensor_meta_bits, a):
+    """The LRU after an op missed every tile of a tensor it held none of: what tile-by-tile
+    fills would leave, the longest run of most recent tiles that fits (the old contents' newest
+    part too when the whole tensor fits), set in one pass instead of one eviction per tile."""
+    cap = a[0, S_CAPACITY_BITS]
+    start = 0
+    if total_bits <= cap:
+        _evict_for(total_bits, a)
+    else:
+        _flush(a)
+        kept = 0
+        start = n_tiles
+        while start > 0:
+            bits = _matmul_tile_bits(start - 1, k, n, tk, tn, k_tiles, aligned, full_bits,
+                                     elem_bits, group, meta_bits, padded, tensor_meta_bits)
+            if kept + bits > cap:
+                break
+            kept += bits
+            start -= 1
+    a[0, S_CURSOR] = NIL
+    for t in range(start, n_tiles):
+        _make_newest(tensor, t, _matmul_tile_bits(t, k, n, tk, tn, k_tiles, aligned, full_bits,
+                                                  elem_bits, group, meta_bits, padded,
+                                                  tensor_meta_bits), a)
+
+
 @jit
 def _matmul(op, m, op_int, op_float, n_cores, vector_rate, tier_bandwidth, tier_latency_s,
             arena, read_bits, written_bits, results, times, wave_bits):
@@ -436,6 +507,12 @@ def _matmul(op, m, op_int, op_float, n_cores, vector_rate, tier_bandwidth, tier_
     aligned = group == 0 or tk % group == 0
     full_bits = _tile_bits(0, tk, tn, elem_bits, group, meta_bits, padded)
 
+    tensor_meta_bits = op_int[op, C_TENSOR_META_BITS]
+    # A tensor the LRU holds none of, with every tile smaller than the LRU, misses every tile:
+    # count them without the LRU and set its state once at the end (same state, same counts).
+    streamed = (pinned == 0 and home_lo != 0 and home_hi != 0
+                and arena[1 + tensor, T_FIRST] == NIL
+                and full_bits + tensor_meta_bits <= arena[0, S_CAPACITY_BITS])
     _begin_op(tensor, arena)
     hits = 0
     misses = 0
@@ -460,8 +537,12 @@ def _matmul(op, m, op_int, op_float, n_cores, vector_rate, tier_bandwidth, tier_
                 else:
                     bits = _tile_bits(k0, kk, nn, elem_bits, group, meta_bits, padded)
                 if kt == 0 and nt == 0:
-                    bits += op_int[op, C_TENSOR_META_BITS]
-                if _fetch(tensor, t, bits, home, pinned, arena):
+                    bits += tensor_meta_bits
+                if streamed:
+                    misses += 1
+                    miss_bits += bits
+                    wave_bits[home] += bits
+                elif _fetch(tensor, t, bits, home, pinned, arena):
                     hits += 1
                     hit_bits += bits
                 else:
@@ -486,6 +567,9 @@ def _matmul(op, m, op_int, op_float, n_cores, vector_rate, tier_bandwidth, tier_
         wave_bits[0] += wave_on_chip
         _charge_misses(op, wave_bits, read_bits)
         _close_wave(op, wave_bits, slowest, tier_bandwidth, tier_latency_s, times)
+    if streamed:
+        _fill_streamed(tensor, t, miss_bits, k, n, tk, tn, k_tiles, aligned, full_bits,
+                       elem_bits, group, meta_bits, padded, tensor_meta_bits, arena)
     results[op, R_WAVES] += waves
     _record_tiles(op, hits, misses, hit_bits, miss_bits, read_bits, written_bits, results)
 
