@@ -479,6 +479,36 @@ def _fill_streamed(tensor, n_tiles, total_bits, k, n, tk, tn, k_tiles, aligned, 
 
 
 @jit
+def _fill_streamed_kv(tensor, streams, blocks, max_blocks, split_at, bits_lo, bits_hi,
+                      total_bits, a):
+    """``_fill_streamed`` for a KV cache: its visited tiles are K and V of blocks 0 .. blocks-1
+    of every stream, numbered (stream max_blocks + block) 2 + kv."""
+    cap = a[0, S_CAPACITY_BITS]
+    visited = streams * blocks * 2
+    start = 0
+    if total_bits <= cap:
+        _evict_for(total_bits, a)
+    else:
+        _flush(a)
+        kept = 0
+        start = visited
+        while start > 0:
+            j = ((start - 1) % (blocks * 2)) // 2
+            bits = bits_lo if j < split_at else bits_hi
+            if kept + bits > cap:
+                break
+            kept += bits
+            start -= 1
+    a[0, S_CURSOR] = NIL
+    for idx in range(start, visited):
+        stream = idx // (blocks * 2)
+        rem = idx - stream * blocks * 2
+        j = rem // 2
+        _make_newest(tensor, (stream * max_blocks + j) * 2 + rem % 2,
+                     bits_lo if j < split_at else bits_hi, a)
+
+
+@jit
 def _matmul(op, m, op_int, op_float, n_cores, vector_rate, tier_bandwidth, tier_latency_s,
             arena, read_bits, written_bits, results, times, wave_bits):
     k = op_int[op, C_K]
@@ -606,6 +636,9 @@ def _attention(op, op_int, op_float, step, n_cores, vector_rate, tier_bandwidth,
     split, blocks_per_unit, units, waves = _work_units(streams, blocks, n_cores)
     out_bits = PARTIAL_SUM_BITS if split > 1 else act_bits
 
+    streamed = (pinned == 0 and home_lo != 0 and home_hi != 0
+                and arena[1 + tensor, T_FIRST] == NIL
+                and max(bits_lo, bits_hi) <= arena[0, S_CAPACITY_BITS])
     _begin_op(tensor, arena)
     hits = 0
     misses = 0
@@ -623,7 +656,11 @@ def _attention(op, op_int, op_float, step, n_cores, vector_rate, tier_bandwidth,
                 block_bits = bits_lo if j < split_at else bits_hi
                 for kv in range(2):
                     t = (stream * max_blocks + j) * 2 + kv
-                    if _fetch(tensor, t, block_bits, home, pinned, arena):
+                    if streamed:
+                        misses += 1
+                        miss_bits += block_bits
+                        wave_bits[home] += block_bits
+                    elif _fetch(tensor, t, block_bits, home, pinned, arena):
                         hits += 1
                         hit_bits += block_bits
                     else:
@@ -654,6 +691,9 @@ def _attention(op, op_int, op_float, step, n_cores, vector_rate, tier_bandwidth,
         wave_bits[0] += wave_on_chip
         _charge_misses(op, wave_bits, read_bits)
         _close_wave(op, wave_bits, slowest, tier_bandwidth, tier_latency_s, times)
+    if streamed:
+        _fill_streamed_kv(tensor, streams, blocks, max_blocks, split_at, bits_lo, bits_hi,
+                          miss_bits, arena)
     results[op, R_WAVES] += waves
     _record_tiles(op, hits, misses, hit_bits, miss_bits, read_bits, written_bits, results)
 
