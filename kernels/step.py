@@ -450,32 +450,103 @@ def _matmul_tile_bits(t, k, n, tk, tn, k_tiles, aligned, full_bits, elem_bits, g
     return bits
 
 
+@jit_inline
+def _append_run(tensor, lo, hi, bits, a):
+    """Make tiles [lo, hi) of ``tensor`` the most recent, as one run (the tensor holds no tile
+    at or above ``lo``)."""
+    a[0, S_USED_BITS] += (hi - lo) * bits
+    head = a[0, S_HEAD]
+    if (head != NIL and a[head, N_TENSOR] == tensor and a[head, N_HI] == lo
+            and a[head, N_BITS] == bits):
+        a[head, N_HI] = hi
+        return
+    x = _new_run(tensor, lo, hi, bits, a)
+    a[x, N_NEWER] = NIL
+    a[x, N_OLDER] = head
+    if head == NIL:
+        a[0, S_TAIL] = x
+    else:
+        a[head, N_NEWER] = x
+    a[0, S_HEAD] = x
+    _link_tensor_before(x, NIL, tensor, a)
+
+
+@jit_inline
+def _column_segment(nt, part, k, n, tk, tn, k_tiles, elem_bits, group, meta_bits, padded,
+                    tensor_meta_bits):
+    """Tiles of weight column ``nt`` that share a size, ``(lo, hi, bits)``: part 0 its first
+    tile (which may carry the tensor's scale or, per channel, the row's), part 1 the other
+    full-K tiles, part 2 a ragged last one. Valid when groups align with tiles or span a row."""
+    nn = min(tn, n - nt * tn)
+    base = nt * k_tiles
+    full = k // tk
+    if part == 0:
+        bits = _tile_bits(0, min(tk, k), nn, elem_bits, group, meta_bits, padded)
+        return base, base + 1, bits + (tensor_meta_bits if nt == 0 else 0)
+    if part == 1:
+        return base + 1, max(base + 1, base + full), _tile_bits(tk, tk, nn, elem_bits, group,
+                                                              meta_bits, padded)
+    lo = max(base + 1, base + full)
+    return lo, base + k_tiles, _tile_bits(full * tk, k - full * tk, nn, elem_bits, group,
+                                          meta_bits, padded)
+
+
 @jit
 def _fill_streamed(tensor, n_tiles, total_bits, k, n, tk, tn, k_tiles, aligned, full_bits,
                    elem_bits, group, meta_bits, padded, tensor_meta_bits, a):
     """The LRU after an op missed every tile of a tensor it held none of: what tile-by-tile
     fills would leave, the longest run of most recent tiles that fits (the old contents' newest
-    part too when the whole tensor fits), set in one pass instead of one eviction per tile."""
+    part too when the whole tensor fits), set run by run instead of one eviction per tile."""
     cap = a[0, S_CAPACITY_BITS]
     start = 0
     if total_bits <= cap:
         _evict_for(total_bits, a)
     else:
         _flush(a)
+    a[0, S_CURSOR] = NIL
+    if not (aligned or group >= k):
+        if total_bits > cap:
+            kept = 0
+            start = n_tiles
+            while start > 0:
+                bits = _matmul_tile_bits(start - 1, k, n, tk, tn, k_tiles, aligned, full_bits,
+                                         elem_bits, group, meta_bits, padded, tensor_meta_bits)
+                if kept + bits > cap:
+                    break
+                kept += bits
+                start -= 1
+        for t in range(start, n_tiles):
+            _make_newest(tensor, t, _matmul_tile_bits(t, k, n, tk, tn, k_tiles, aligned,
+                                                      full_bits, elem_bits, group, meta_bits,
+                                                      padded, tensor_meta_bits), a)
+        return
+    n_cols = (n + tn - 1) // tn
+    if total_bits > cap:
         kept = 0
         start = n_tiles
-        while start > 0:
-            bits = _matmul_tile_bits(start - 1, k, n, tk, tn, k_tiles, aligned, full_bits,
-                                     elem_bits, group, meta_bits, padded, tensor_meta_bits)
-            if kept + bits > cap:
+        done = False
+        for nt in range(n_cols - 1, -1, -1):
+            for part in range(2, -1, -1):
+                lo, hi, bits = _column_segment(nt, part, k, n, tk, tn, k_tiles, elem_bits,
+                                               group, meta_bits, padded, tensor_meta_bits)
+                if lo >= hi:
+                    continue
+                if bits == 0 or kept + (hi - lo) * bits <= cap:
+                    kept += (hi - lo) * bits
+                    start = lo
+                else:
+                    start = hi - (cap - kept) // bits
+                    done = True
+                    break
+            if done:
                 break
-            kept += bits
-            start -= 1
-    a[0, S_CURSOR] = NIL
-    for t in range(start, n_tiles):
-        _make_newest(tensor, t, _matmul_tile_bits(t, k, n, tk, tn, k_tiles, aligned, full_bits,
-                                                  elem_bits, group, meta_bits, padded,
-                                                  tensor_meta_bits), a)
+    for nt in range(start // k_tiles, n_cols):
+        for part in range(3):
+            lo, hi, bits = _column_segment(nt, part, k, n, tk, tn, k_tiles, elem_bits, group,
+                                           meta_bits, padded, tensor_meta_bits)
+            lo = max(lo, start)
+            if lo < hi:
+                _append_run(tensor, lo, hi, bits, a)
 
 
 @jit
@@ -484,28 +555,42 @@ def _fill_streamed_kv(tensor, streams, blocks, max_blocks, split_at, bits_lo, bi
     """``_fill_streamed`` for a KV cache: its visited tiles are K and V of blocks 0 .. blocks-1
     of every stream, numbered (stream max_blocks + block) 2 + kv."""
     cap = a[0, S_CAPACITY_BITS]
-    visited = streams * blocks * 2
+    low = min(split_at, blocks)
+    start_stream = 0
     start = 0
     if total_bits <= cap:
         _evict_for(total_bits, a)
     else:
         _flush(a)
         kept = 0
-        start = visited
-        while start > 0:
-            j = ((start - 1) % (blocks * 2)) // 2
-            bits = bits_lo if j < split_at else bits_hi
-            if kept + bits > cap:
+        done = False
+        start_stream = streams
+        for stream in range(streams - 1, -1, -1):
+            base = stream * max_blocks * 2
+            for part in range(1, -1, -1):
+                lo = base + (0 if part == 0 else 2 * low)
+                hi = base + (2 * low if part == 0 else 2 * blocks)
+                bits = bits_lo if part == 0 else bits_hi
+                if lo >= hi:
+                    continue
+                start_stream = stream
+                if kept + (hi - lo) * bits <= cap:
+                    kept += (hi - lo) * bits
+                    start = lo
+                else:
+                    start = hi - (cap - kept) // bits
+                    done = True
+                    break
+            if done:
                 break
-            kept += bits
-            start -= 1
     a[0, S_CURSOR] = NIL
-    for idx in range(start, visited):
-        stream = idx // (blocks * 2)
-        rem = idx - stream * blocks * 2
-        j = rem // 2
-        _make_newest(tensor, (stream * max_blocks + j) * 2 + rem % 2,
-                     bits_lo if j < split_at else bits_hi, a)
+    for stream in range(start_stream, streams):
+        base = stream * max_blocks * 2
+        for part in range(2):
+            lo = max(start, base + (0 if part == 0 else 2 * low))
+            hi = base + (2 * low if part == 0 else 2 * blocks)
+            if lo < hi:
+                _append_run(tensor, lo, hi, bits_lo if part == 0 else bits_hi, a)
 
 
 @jit
@@ -559,7 +644,20 @@ def _matmul(op, m, op_int, op_float, n_cores, vector_rate, tier_bandwidth, tier_
             nn = min(tn, n - nt * tn)
             home = home_lo if nt < split_at else home_hi
             unit_elements = 0
-            for kt in range(kt0, kt1):
+            if streamed:
+                # every tile misses; tile bits add up over a k range (a group is billed to the
+                # tile it starts in), so the unit's tiles cost one call
+                covered = min(k, kt1 * tk) - kt0 * tk
+                bits = _tile_bits(kt0 * tk, covered, nn, elem_bits, group, meta_bits, padded)
+                if kt0 == 0 and nt == 0:
+                    bits += tensor_meta_bits
+                misses += kt1 - kt0
+                miss_bits += bits
+                wave_bits[home] += bits
+                wave_on_chip += bits
+                t += kt1 - kt0
+                unit_elements = covered * nn
+            for kt in range(kt0, kt1 if not streamed else kt0):
                 k0 = kt * tk
                 kk = min(tk, k - k0)
                 if aligned and kk == tk and nn == tn:
@@ -651,7 +749,16 @@ def _attention(op, op_int, op_float, step, n_cores, vector_rate, tier_bandwidth,
             stream = u // split
             j0 = (u % split) * blocks_per_unit
             j1 = min(blocks, j0 + blocks_per_unit)
-            for j in range(j0, j1):
+            if streamed:
+                # every block misses: the unit's blocks below and above the split at once
+                low = max(0, min(j1, split_at) - j0)
+                high = (j1 - j0) - low
+                misses += 2 * (j1 - j0)
+                miss_bits += 2 * (low * bits_lo + high * bits_hi)
+                wave_bits[home_lo] += 2 * low * bits_lo
+                wave_bits[home_hi] += 2 * high * bits_hi
+                wave_on_chip += 2 * (low * bits_lo + high * bits_hi)
+            for j in range(j0, j1 if not streamed else j0):
                 home = home_lo if j < split_at else home_hi
                 block_bits = bits_lo if j < split_at else bits_hi
                 for kv in range(2):
