@@ -359,6 +359,55 @@ def cmd_spec(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_sweep(args: argparse.Namespace) -> int:
+    from memsim.study import load_study
+    from memsim.sweep import sweep
+
+    study = load_study(args.study)
+    result = sweep(study, args.store, jobs=args.jobs, scheduler=args.scheduler,
+                   progress=not args.quiet)
+    print(f"{result.study}: {result.points} points, {result.computed} computed "
+          f"({result.errors} with an error), {result.skipped} already in {result.store}; "
+          f"{result.seconds:.1f} s, {result.points_per_s:.1f} points/s")
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from memsim.store import Store
+
+    if not Path(args.store).exists():
+        raise ConfigError("no such results store", file=args.store, field="store")
+    with Store(args.store) as store:
+        if args.format == "parquet":
+            if not args.output:
+                raise ConfigError("Parquet needs an output file (-o)", field="--output")
+            store.to_parquet(args.output, args.study)
+            return 0
+        text = store.to_csv(args.study) if args.format == "csv" else store.to_json(args.study)
+    if args.output:
+        Path(args.output).write_text(text)
+    else:
+        print(text, end="")
+    return 0
+
+
+def cmd_plot(args: argparse.Namespace) -> int:
+    from memsim.plot import plot
+
+    where = {}
+    for pair in args.where:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"expected FIELD=VALUE such as device=h100-sxm, got {pair!r}",
+                              field="--where")
+        where[key.strip()] = value.strip()
+    out = plot(args.kind, args.store, args.output, study=args.study, x=args.x, where=where)
+    print(f"wrote {out}")
+    return 0
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     from memsim.bench import run_benchmarks
 
@@ -434,6 +483,34 @@ def _parser() -> argparse.ArgumentParser:
     _workload_flags(p)
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_spec, steps=2)
+
+    p = sub.add_parser("sweep", help="run a study file's points into a results store")
+    p.add_argument("study", help="a TOML study file (see memsim.study)")
+    p.add_argument("--store", default="results.sqlite", help="SQLite results store")
+    p.add_argument("--jobs", type=int, default=1, help="local worker processes")
+    p.add_argument("--scheduler", default=None,
+                   help="Dask: 'local' for a LocalCluster, or tcp://HOST:PORT")
+    p.add_argument("--quiet", action="store_true", help="no progress line")
+    p.set_defaults(func=cmd_sweep)
+
+    p = sub.add_parser("export", help="a results store as CSV, JSON or Parquet")
+    p.add_argument("store", help="SQLite results store")
+    p.add_argument("--format", choices=("csv", "json", "parquet"), default="csv")
+    p.add_argument("--study", default=None, help="only this study's rows")
+    p.add_argument("-o", "--output", default=None, help="file to write (default: stdout)")
+    p.set_defaults(func=cmd_export)
+
+    p = sub.add_parser("plot", help="plot a stored study (latency, devices, sram, roofline, "
+                                    "bytes)")
+    p.add_argument("kind", choices=("latency", "devices", "sram", "roofline", "bytes"))
+    p.add_argument("store", help="SQLite results store")
+    p.add_argument("-o", "--output", required=True, help="a .png or .svg file")
+    p.add_argument("--study", default=None, help="only this study's rows")
+    p.add_argument("--x", default=None, help="latency: the workload field on the x axis")
+    p.add_argument("--where", action="append", default=[], metavar="FIELD=VALUE",
+                   help="keep rows whose device, model, workload or what-if field has this "
+                        "value (repeatable)")
+    p.set_defaults(func=cmd_plot)
 
     p = sub.add_parser("bench", help="measure the walkers' speed (ratios against a bare loop)")
     p.add_argument("--quick", action="store_true", help="smaller workloads")

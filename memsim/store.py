@@ -1,0 +1,145 @@
+"""The results store: one SQLite row per study point, written as each point completes.
+
+A row holds the point's key, its study, its inputs, its figures (or the error that stopped it),
+memsim's version and how long it took. Rows are inserted once (the first write of a key wins) and
+each is committed on its own, so a study killed at any moment keeps every row it wrote, and a
+rerun computes only the points the store does not hold.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import sqlite3
+import time
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from memsim.errors import ConfigError
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS points (
+    key TEXT PRIMARY KEY,
+    study TEXT NOT NULL,
+    inputs TEXT NOT NULL,
+    figures TEXT,
+    error TEXT,
+    version TEXT NOT NULL,
+    seconds REAL NOT NULL,
+    written REAL NOT NULL
+)
+"""
+
+
+class Store:
+    """A SQLite file of study results."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = str(path)
+        try:
+            self.db = sqlite3.connect(self.path, timeout=30.0)
+            self.db.execute("PRAGMA journal_mode=WAL")
+            # a committed row survives the process being killed; only a power cut could lose
+            # the last commits, which a rerun then computes again
+            self.db.execute("PRAGMA synchronous=NORMAL")
+            self.db.execute(SCHEMA)
+            self.db.commit()
+        except sqlite3.DatabaseError as exc:
+            raise ConfigError(f"not a memsim results store: {exc}", file=self.path,
+                              field="store") from None
+
+    def close(self) -> None:
+        """Close the database."""
+        self.db.close()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def keys(self) -> set[str]:
+        """Keys of the points the store holds."""
+        return {row[0] for row in self.db.execute("SELECT key FROM points")}
+
+    def add(self, key: str, study: str, inputs: dict[str, Any], figures: dict[str, Any] | None,
+            error: str | None, version: str, seconds: float) -> bool:
+        """Insert one point's row and commit it; False when the key was already there."""
+        cursor = self.db.execute(
+            "INSERT OR IGNORE INTO points VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (key, study, json.dumps(inputs, sort_keys=True, default=str),
+             None if figures is None else json.dumps(figures, sort_keys=True),
+             error, version, seconds, time.time()))
+        self.db.commit()
+        return cursor.rowcount == 1
+
+    def rows(self, study: str | None = None) -> list[dict[str, Any]]:
+        """Every row (of one study), inputs and figures decoded, in key order."""
+        query = "SELECT key, study, inputs, figures, error, version, seconds FROM points"
+        args: tuple = ()
+        if study is not None:
+            query += " WHERE study = ?"
+            args = (study,)
+        out = []
+        for key, name, inputs, figures, error, version, seconds in self.db.execute(
+                query + " ORDER BY key", args):
+            out.append({"key": key, "study": name, "inputs": json.loads(inputs),
+                        "figures": None if figures is None else json.loads(figures),
+                        "error": error, "version": version, "seconds": seconds})
+        return out
+
+    def flat_rows(self, study: str | None = None) -> list[dict[str, Any]]:
+        """One flat dict per row: inputs and figures as dotted columns."""
+        return [_flatten({"key": r["key"], "study": r["study"], "error": r["error"],
+                          "version": r["version"], "seconds": r["seconds"],
+                          "inputs": r["inputs"], "figures": r["figures"] or {}})
+                for r in self.rows(study)]
+
+    def to_csv(self, study: str | None = None) -> str:
+        """The flat rows as CSV text (columns: the union over rows, sorted)."""
+        rows = self.flat_rows(study)
+        columns = sorted({c for row in rows for c in row})
+        out = io.StringIO()
+        writer = csv.DictWriter(out, fieldnames=columns, lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(rows)
+        return out.getvalue()
+
+    def to_json(self, study: str | None = None) -> str:
+        """The rows as JSON text."""
+        return json.dumps(self.rows(study), indent=1, sort_keys=True)
+
+    def to_dataframe(self, study: str | None = None) -> Any:
+        """The flat rows as a pandas DataFrame (``pip install memsim[dataframe]``)."""
+        try:
+            import pandas
+        except ImportError:
+            raise ConfigError("exporting to a DataFrame needs pandas: pip install "
+                              "'memsim[dataframe]'", field="export") from None
+        return pandas.DataFrame(self.flat_rows(study))
+
+    def to_parquet(self, path: str | Path, study: str | None = None) -> None:
+        """Write the flat rows to a Parquet file (``pip install memsim[dataframe]``)."""
+        self.to_dataframe(study).to_parquet(path)
+
+
+def _flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            out.update(_flatten(value, f"{name}."))
+        elif isinstance(value, (list, tuple)):
+            out[name] = json.dumps(value)
+        else:
+            out[name] = value
+    return out
+
+
+def write_rows(store: Store, study: str, results: Iterable[tuple]) -> int:
+    """Insert evaluated points ``(key, inputs, figures, error, seconds)``; returns rows added."""
+    from memsim import __version__
+    return sum(store.add(key, study, inputs, figures, error, __version__, seconds)
+               for key, inputs, figures, error, seconds in results)

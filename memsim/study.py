@@ -1,0 +1,173 @@
+"""What-if studies: points over devices, device what-ifs, models and workloads.
+
+A point is plain data (a device name or file, what-ifs, a model, Decode fields, optionally the
+fields of a speculative-decoding run) with a stable key, so that a results store can tell which
+points it already holds. A study is a name and its points, built in Python with :func:`grid` or
+read from a TOML study file with :func:`load_study`:
+
+    name = "latency"
+    [grid]
+    device = ["h100-sxm", "mi300x"]
+    model = ["llama-3-70b"]
+    batch = [1, 8, 64]
+    context = [1024, 8192]
+    weights = "int8"
+    [grid.set]                               # device what-ifs, each a list of values
+    "tiers.sram.capacity" = ["32 MiB", "256 MiB"]
+    [grid.speculative]                       # optional: speculative decoding points
+    draft = "llama-3.2-1b"
+    gamma = [2, 4]
+    acceptance = 0.8
+    [[point]]                                # and any single points
+    device = "groq-lpu"
+    model = "llama-3-8b"
+    tp = 16
+    pp = 6
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from memsim.datafile import read_toml_file
+from memsim.errors import ConfigError
+from memsim.workload import Decode
+
+DECODE_FIELDS = tuple(f.name for f in fields(Decode))
+SPEC_FIELDS = ("draft", "gamma", "acceptance", "method", "tree", "draft_device",
+               "draft_weights", "samples")
+POINT_KEYS = ("device", "model", "set", "add_tier")
+
+
+@dataclass(frozen=True)
+class Point:
+    """One emulation of a study: everything needed to run it again, and nothing else."""
+
+    device: str
+    model: str
+    workload: tuple[tuple[str, Any], ...] = ()
+    overrides: tuple[tuple[str, str], ...] = ()
+    add_tiers: tuple[str, ...] = ()
+    speculative: tuple[tuple[str, Any], ...] = ()
+
+    def inputs(self) -> dict[str, Any]:
+        """Plain data, the store's record of the point."""
+        return {"device": self.device, "model": self.model, "workload": dict(self.workload),
+                "set": dict(self.overrides), "add_tier": list(self.add_tiers),
+                "speculative": dict(self.speculative)}
+
+    @property
+    def key(self) -> str:
+        """A stable identity: the hash of the canonical JSON of the inputs."""
+        text = json.dumps(self.inputs(), sort_keys=True, separators=(",", ":"), default=str)
+        return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+    def shape_key(self) -> tuple:
+        """Points with the same model, device and workload shape run one after another on a
+        worker, which keeps the device, model and kernels it loaded."""
+        return (self.model, self.device, self.add_tiers, self.overrides)
+
+
+@dataclass(frozen=True)
+class Study:
+    """A named list of points."""
+
+    name: str
+    points: tuple[Point, ...]
+
+
+def _values(value: Any) -> list[Any]:
+    return list(value) if isinstance(value, (list, tuple)) else [value]
+
+
+def _freeze(value: Any) -> Any:
+    return tuple(_freeze(v) for v in value) if isinstance(value, list) else value
+
+
+def grid(*, device: Any, model: Any, set: Mapping[str, Any] | None = None,  # noqa: A002
+         add_tier: Any = ((),), speculative: Mapping[str, Any] | None = None,
+         **workload: Any) -> list[Point]:
+    """Every combination of the values given (a list is swept, anything else fixed).
+
+    ``set`` maps device what-if paths to values; ``add_tier`` lists tier-template lists;
+    ``speculative`` (``draft``, ``gamma``, ``acceptance``, ...) makes speculative points;
+    the other keywords are Decode fields.
+    """
+    for name in workload:
+        if name not in DECODE_FIELDS:
+            raise ConfigError(f"unknown workload field {name!r}; expected one of "
+                              f"{', '.join(DECODE_FIELDS)}", field=f"grid.{name}")
+    for name in speculative or {}:
+        if name not in SPEC_FIELDS:
+            raise ConfigError(f"unknown speculative field {name!r}; expected one of "
+                              f"{', '.join(SPEC_FIELDS)}", field=f"grid.speculative.{name}")
+    axes: list[tuple[str, str, list[Any]]] = []
+    axes.append(("point", "device", _values(device)))
+    axes.append(("point", "model", _values(model)))
+    tiers = [tuple(_values(t)) for t in _values(add_tier)] if add_tier != ((),) else [()]
+    axes.append(("point", "add_tier", tiers))
+    for path, values in (set or {}).items():
+        axes.append(("set", path, _values(values)))
+    for name, values in workload.items():
+        axes.append(("workload", name, _values(values)))
+    for name, values in (speculative or {}).items():
+        # a per-position acceptance list is one value, not an axis
+        swept = (_values(values) if name != "acceptance" or not isinstance(values, list)
+                 or all(isinstance(v, list) for v in values) else [values])
+        axes.append(("speculative", name, swept))
+    points = []
+    for combo in itertools.product(*(values for _, _, values in axes)):
+        parts: dict[str, dict[str, Any]] = {"point": {}, "set": {}, "workload": {},
+                                            "speculative": {}}
+        for (group, name, _), value in zip(axes, combo):
+            parts[group][name] = value
+        points.append(Point(
+            device=str(parts["point"]["device"]), model=str(parts["point"]["model"]),
+            workload=tuple(sorted((k, _freeze(v)) for k, v in parts["workload"].items())),
+            overrides=tuple(sorted((k, str(v)) for k, v in parts["set"].items())),
+            add_tiers=tuple(parts["point"]["add_tier"]),
+            speculative=tuple(sorted((k, _freeze(v)) for k, v in parts["speculative"].items())),
+        ))
+    return points
+
+
+def load_study(path: str | Path) -> Study:
+    """Read a TOML study file (format in this module's docstring)."""
+    data = read_toml_file(path)
+    file = str(path)
+    unknown = sorted(set(data) - {"name", "grid", "point"})
+    if unknown:
+        raise ConfigError(f"unknown key(s) {', '.join(unknown)}; a study has name, [grid] and "
+                          "[[point]]", file=file, field=unknown[0])
+    points: list[Point] = []
+    try:
+        if "grid" in data:
+            table = dict(data["grid"])
+            for required in ("device", "model"):
+                if required not in table:
+                    raise ConfigError("a grid needs device and model", field=f"grid.{required}")
+            points += grid(**table)
+        for i, entry in enumerate(data.get("point", [])):
+            entry = dict(entry)
+            points += grid(**entry)
+    except ConfigError as exc:
+        raise ConfigError(exc.reason, file=file, field=exc.field) from None
+    except TypeError as exc:
+        raise ConfigError(f"malformed study: {exc}", file=file, field="grid") from None
+    if not points:
+        raise ConfigError("the study has no points: give a [grid] or [[point]] tables",
+                          file=file, field="grid")
+    return Study(name=str(data.get("name", Path(path).stem)), points=tuple(_unique(points)))
+
+
+def _unique(points: Iterable[Point]) -> list[Point]:
+    seen: dict[str, Point] = {}
+    for point in points:
+        seen.setdefault(point.key, point)
+    return list(seen.values())

@@ -1,0 +1,179 @@
+"""Studies: grids, the results store, resuming after a kill, Dask, exports and plots."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import memsim
+from memsim.cli import main
+from memsim.store import Store
+from memsim.study import Point, grid, load_study
+from memsim.sweep import evaluate, sweep
+
+STUDY = """
+name = "demo"
+[grid]
+device = ["h100-sxm", "mi300x"]
+model = "llama-3.2-1b"
+batch = [1, 8]
+context = [512, 2048]
+[grid.set]
+"tiers.sram.capacity" = ["32 MiB", "1 GiB"]
+[[point]]
+device = "h100-sxm"
+model = "llama-3-70b"
+[[point]]
+device = "h100-sxm"
+model = "llama-3-8b"
+[point.speculative]
+draft = "llama-3.2-1b"
+gamma = [2, 4]
+acceptance = 0.8
+"""
+
+
+@pytest.fixture()
+def study_file(tmp_path) -> Path:
+    path = tmp_path / "study.toml"
+    path.write_text(STUDY)
+    return path
+
+
+def _figures(path: Path) -> dict[str, tuple]:
+    with Store(path) as store:
+        return {r["key"]: (r["figures"], r["error"]) for r in store.rows()}
+
+
+def test_a_grid_is_every_combination_with_stable_keys(study_file):
+    study = load_study(study_file)
+    assert study.name == "demo" and len(study.points) == 2 * 2 * 2 * 2 + 1 + 2
+    again = load_study(study_file)
+    assert [p.key for p in study.points] == [p.key for p in again.points]
+    assert len({p.key for p in study.points}) == len(study.points)
+    points = grid(device="h100-sxm", model="llama-3-8b", batch=[1, 2], weights="int8")
+    assert [dict(p.workload) for p in points] == [{"batch": 1, "weights": "int8"},
+                                                 {"batch": 2, "weights": "int8"}]
+
+
+@pytest.mark.parametrize("text, field", [
+    ('[grid]\ndevice = "h100-sxm"\nmodel = "llama-3-8b"\nbatchsize = [1]\n', "grid.batchsize"),
+    ('[grid]\nmodel = "llama-3-8b"\n', "grid.device"),
+    ('name = "x"\n', "grid"),
+    ('nmae = "x"\n', "nmae"),
+])
+def test_bad_study_files_name_the_field(tmp_path, text, field):
+    path = tmp_path / "bad.toml"
+    path.write_text(text)
+    with pytest.raises(memsim.ConfigError) as info:
+        load_study(path)
+    assert info.value.field == field and info.value.file == str(path)
+
+
+def test_a_sweep_stores_one_row_per_point_and_resumes(study_file, tmp_path):
+    store = tmp_path / "r.sqlite"
+    study = load_study(study_file)
+    first = sweep(study, store)
+    assert first.computed == len(study.points) and first.errors == 1     # 70B on one H100
+    again = sweep(study, store)
+    assert again.computed == 0 and again.skipped == len(study.points)
+    rows = Store(store).rows()
+    assert len(rows) == len(study.points)
+    failed = [r for r in rows if r["error"]]
+    assert failed[0]["inputs"]["model"] == "llama-3-70b" and "CapacityError" in failed[0]["error"]
+    spec = [r for r in rows if r["inputs"]["speculative"]]
+    assert len(spec) == 2 and all(r["figures"]["speedup"] > 1 for r in spec)
+    assert all(r["version"] == memsim.__version__ for r in rows)
+
+
+def test_worker_processes_give_the_same_rows(study_file, tmp_path):
+    study = load_study(study_file)
+    sweep(study, tmp_path / "one.sqlite")
+    sweep(study, tmp_path / "two.sqlite", jobs=2)
+    assert _figures(tmp_path / "one.sqlite") == _figures(tmp_path / "two.sqlite")
+
+
+def test_a_killed_sweep_resumes_to_exactly_one_row_per_point(tmp_path):
+    """SIGKILL half way, rerun: every point once, figures as an uninterrupted run's."""
+    study = tmp_path / "big.toml"
+    study.write_text('name = "big"\n[grid]\ndevice = ["h100-sxm", "mi300x", "b200"]\n'
+                     'model = "llama-3-70b"\nweights = "int8"\n'
+                     'batch = [1, 2, 3, 4, 6, 8, 12, 16]\n'
+                     'context = [128, 256, 512, 1024, 2048, 4096, 8192, 16384]\n')
+    store = tmp_path / "killed.sqlite"
+    command = [sys.executable, "-m", "memsim.cli", "sweep", str(study), "--store", str(store),
+               "--jobs", "2", "--quiet"]
+    process = subprocess.Popen(command, start_new_session=True, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL)
+    total = len(load_study(study).points)
+    deadline = time.time() + 120
+    held = 0
+    while time.time() < deadline and process.poll() is None:
+        time.sleep(0.05)
+        try:
+            with sqlite3.connect(store, timeout=5) as db:
+                held = db.execute("SELECT COUNT(*) FROM points").fetchone()[0]
+        except sqlite3.OperationalError:
+            continue
+        if held >= total // 4:
+            break
+    os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+    assert 0 < held < total, "the sweep ended before it could be killed half way"
+    assert subprocess.run(command, check=False).returncode == 0
+    with sqlite3.connect(store) as db:
+        keys = [row[0] for row in db.execute("SELECT key FROM points")]
+    assert len(keys) == len(set(keys)) == total
+    sweep(load_study(study), tmp_path / "clean.sqlite", jobs=2)
+    assert _figures(store) == _figures(tmp_path / "clean.sqlite")
+
+
+def test_a_dask_local_cluster_gives_the_same_rows(study_file, tmp_path):
+    pytest.importorskip("distributed")
+    study = load_study(study_file)
+    sweep(study, tmp_path / "local.sqlite")
+    result = sweep(study, tmp_path / "dask.sqlite", jobs=2, scheduler="local")
+    assert result.computed == len(study.points)
+    assert _figures(tmp_path / "local.sqlite") == _figures(tmp_path / "dask.sqlite")
+
+
+def test_exports(study_file, tmp_path, capsys):
+    store = tmp_path / "r.sqlite"
+    sweep(load_study(study_file), store)
+    assert main(["export", str(store), "--format", "csv"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 1 + 19 and "figures.time_per_token_s" in lines[0]
+    assert main(["export", str(store), "--format", "json", "-o", str(tmp_path / "r.json")]) == 0
+    assert len(json.loads((tmp_path / "r.json").read_text())) == 19
+    assert main(["export", str(tmp_path / "nothing.sqlite")]) == 2
+
+
+def test_an_invalid_point_is_a_row_not_a_crash():
+    key, inputs, figures, error, _ = evaluate(Point("h100-sxm", "llama-3-8b",
+                                                    (("weights", "int3"),)))
+    assert figures is None and "weights" in error
+
+
+@pytest.mark.parametrize("kind", ["latency", "devices", "sram", "roofline", "bytes"])
+def test_every_plot_renders_from_a_stored_study(tmp_path, kind):
+    pytest.importorskip("matplotlib")
+    study = tmp_path / "s.toml"
+    study.write_text('name = "p"\n[grid]\ndevice = ["h100-sxm", "mi300x"]\nmodel = "llama-3.2-1b"\n'
+                     'batch = [1, 4]\ncontext = [256, 1024]\n[grid.set]\n'
+                     '"tiers.sram.capacity" = ["8 MiB", "64 MiB"]\n')
+    store = tmp_path / "p.sqlite"
+    assert main(["sweep", str(study), "--store", str(store), "--quiet"]) == 0
+    out = tmp_path / f"{kind}.png"
+    assert main(["plot", kind, str(store), "-o", str(out)]) == 0
+    from matplotlib import image
+    pixels = image.imread(out)
+    assert pixels.shape[0] >= 300 and pixels.shape[1] >= 500
+    assert pixels[..., :3].std() > 0.05                 # not a blank canvas
