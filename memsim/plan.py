@@ -785,3 +785,43 @@ def _max_lru_entries(op_int: np.ndarray, tensors: list[Tensor], capacity_bits: i
     if smallest is None or capacity_bits == 0:
         return 1
     return int(max(1, min(distinct, capacity_bits // max(int(smallest), 1) + 1)))
+
+
+# Device figures that change no count, only time and energy: a plan made for one value serves
+# every other (the op tables stay; the per-tier figures and the peaks are swapped).
+TIMING_FIELDS = ("bandwidth", "sustained_bandwidth", "latency", "energy")
+TIMING_PATHS = ("clock", "overheads.op_launch", "energy.per_flop", "link.bandwidth",
+                "link.latency", "link.energy", "cost.usd_per_chip_hour")
+
+
+def is_timing_path(path: str) -> bool:
+    """True for a device field that moves time and energy but no byte (see :func:`retarget`)."""
+    parts = path.split(".")
+    if parts[0] == "tiers":
+        return len(parts) == 3 and parts[2] in TIMING_FIELDS
+    return path in TIMING_PATHS or parts[0] == "compute"
+
+
+def retarget(system: SystemPlan, device: Device) -> SystemPlan:
+    """The same plan on a device that differs from the plan's only in timing figures."""
+    workload = system.workload
+    wfmt, act = get_format(workload.weights), get_format(workload.activations)
+    weight_peak, weight_dequant = _matmul_compute(device, wfmt, act)
+    act_peak = device.peak(act.compute) or device.matrix_peak
+    tiers, link = device.tiers, device.link
+    stages = []
+    for plan in system.stages:
+        op_float = plan.op_float.copy()
+        kinds = plan.op_int[:, k.C_KIND]
+        op_float[kinds == k.OP_MATMUL, k.F_PEAK] = weight_peak
+        op_float[kinds == k.OP_MATMUL, k.F_DEQUANT_OPS] = weight_dequant
+        op_float[kinds == k.OP_ATTENTION, k.F_PEAK] = act_peak
+        stages.append(dataclasses.replace(
+            plan, device=device, op_float=op_float,
+            tier_bandwidth=np.array([t.sustained_bandwidth for t in tiers], dtype=np.float64),
+            tier_latency_s=np.array([t.latency_s for t in tiers], dtype=np.float64),
+            tier_energy_j_per_byte=np.array([t.energy_j_per_byte for t in tiers],
+                                            dtype=np.float64),
+            link_bandwidth=link.bandwidth if link else math.inf,
+            link_latency_s=link.latency_s if link else 0.0))
+    return dataclasses.replace(system, device=device, stages=tuple(stages))

@@ -177,3 +177,20 @@ def test_every_plot_renders_from_a_stored_study(tmp_path, kind):
     pixels = image.imread(out)
     assert pixels.shape[0] >= 300 and pixels.shape[1] >= 500
     assert pixels[..., :3].std() > 0.05                 # not a blank canvas
+
+
+def test_points_that_differ_in_timing_figures_reuse_one_plan_with_the_same_results():
+    from memsim.emulate import emulate
+    from memsim.sweep import _PLANS
+    _PLANS.clear()
+    points = grid(device="h100-sxm", model="llama-3.2-1b", context=512,
+                  set={"tiers.hbm.bandwidth": ["2 TB/s", "5 TB/s", "8 TB/s"],
+                       "compute.bf16": ["500 TFLOPS", "2000 TFLOPS"]})
+    for point in points:
+        _, _, figures, error, _ = evaluate(point)
+        dev = memsim.device("h100-sxm").with_overrides(dict(point.overrides))
+        fresh = emulate(dev, "llama-3.2-1b", context=512)
+        assert error is None
+        assert figures["time_per_token_s"] == pytest.approx(fresh.time_per_token, rel=1e-12)
+        assert figures["bytes_read"] == fresh.bytes_read
+    assert len(_PLANS) == 1
