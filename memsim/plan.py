@@ -25,7 +25,7 @@ import numpy as np
 
 from memsim.device import Device
 from memsim.errors import CapacityError, ConfigError
-from memsim.formats import Format, bytes_for, get_format
+from memsim.formats import Format, get_format
 from memsim.kernels import step as k
 from memsim.layout import (PlacementRule, Shard, balanced_stages, collective_steps,
                            default_homes, parse_placement, policies, shard, spill_tier)
