@@ -581,7 +581,7 @@ def _plan_stage(device: Device, model: Model, workload: Decode, policy: str, sh:
     layers: list[int] = []
     for micro in range(workload.microbatches):
         suffix = f".mb{micro}" if micro else ""
-        for item_no, item in enumerate(items, start=first_item):
+        for item_no in range(first_item, first_item + len(items)):
             if item_no == 0:
                 add_op("embed", k.OP_EMBED, -1, index["embedding"], wfmt, m=m_rows, kk=h,
                        n=model.vocab)

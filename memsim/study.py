@@ -153,9 +153,8 @@ def load_study(path: str | Path) -> Study:
                 if required not in table:
                     raise ConfigError("a grid needs device and model", field=f"grid.{required}")
             points += grid(**table)
-        for i, entry in enumerate(data.get("point", [])):
-            entry = dict(entry)
-            points += grid(**entry)
+        for entry in data.get("point", []):
+            points += grid(**dict(entry))
     except ConfigError as exc:
         raise ConfigError(exc.reason, file=file, field=exc.field) from None
     except TypeError as exc:
