@@ -408,6 +408,19 @@ def cmd_plot(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_validate(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from memsim.validate import default_folder, validate
+
+    folder = Path(args.folder) if args.folder else default_folder()
+    output = Path(args.output) if args.output else folder.parent / "docs" / "validation.md"
+    rows, _ = validate(folder, output)
+    predicted = [r for r in rows if r.error is not None]
+    print(f"wrote {output}: {len(rows)} measurements, {len(predicted)} predicted")
+    return 0
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     from memsim.bench import run_benchmarks
 
@@ -511,6 +524,11 @@ def _parser() -> argparse.ArgumentParser:
                    help="keep rows whose device, model, workload or what-if field has this "
                         "value (repeatable)")
     p.set_defaults(func=cmd_plot)
+
+    p = sub.add_parser("validate", help="predict public measurements; write docs/validation.md")
+    p.add_argument("--folder", default=None, help="validation folder (default: the repository's)")
+    p.add_argument("-o", "--output", default=None, help="Markdown file to write")
+    p.set_defaults(func=cmd_validate)
 
     p = sub.add_parser("bench", help="measure the walkers' speed (ratios against a bare loop)")
     p.add_argument("--quick", action="store_true", help="smaller workloads")
