@@ -891,15 +891,15 @@ def _vector_op(op, op_int, step, seed, vector_rate, tier_bandwidth, tier_latency
 
 
 @jit
-def _collective(op, op_int, vector_rate, link_bandwidth, link_latency_s, n_tiers, results,
-                times):
+def _collective(op, op_int, vector_rate, link_bandwidth, link_latency_s, collective_s, n_tiers,
+                results, times):
     """A bandwidth-optimal collective of one ``m x k`` activation buffer over ``C_CHIPS`` chips.
 
     The buffer is cut into one chunk per chip; each pass (reduce-scatter, all-gather) sends
     ``chips - 1`` chunks from every chip, so an all-reduce sends ``2 (chips - 1) / chips`` of the
     buffer per chip. A pass waits for ``C_LINK_STEPS`` link latencies in sequence (the topology's
-    hops); a reduce-scatter adds ``chips - 1`` chunks on the vector units, overlapped with the
-    transfer.
+    hops), the call for the library's fixed start-up (``collective_s``); a reduce-scatter adds
+    ``chips - 1`` chunks on the vector units, overlapped with the transfer.
     """
     chips = op_int[op, C_CHIPS]
     passes = op_int[op, C_PASSES]
@@ -918,7 +918,7 @@ def _collective(op, op_int, vector_rate, link_bandwidth, link_latency_s, n_tiers
         times[op, n_tiers] += link_s
     else:
         times[op, n_tiers + 1] += add_s
-    times[op, n_tiers + 2] += passes * op_int[op, C_LINK_STEPS] * link_latency_s
+    times[op, n_tiers + 2] += passes * op_int[op, C_LINK_STEPS] * link_latency_s + collective_s
 
 
 @jit
@@ -933,7 +933,8 @@ def _send(op, op_int, link_bandwidth, link_latency_s, n_tiers, results, times):
 
 
 @jit
-def _all_to_all(op, rows, op_int, link_bandwidth, link_latency_s, n_tiers, results, times):
+def _all_to_all(op, rows, op_int, link_bandwidth, link_latency_s, collective_s, n_tiers, results,
+                times):
     """Expert parallel dispatch (or combine): ``rows`` token rows of ``C_K`` activations sent to
     other chips at once, waiting for ``C_LINK_STEPS`` hops."""
     sent = rows * op_int[op, C_K] * op_int[op, C_ACT_BITS]
@@ -941,13 +942,13 @@ def _all_to_all(op, rows, op_int, link_bandwidth, link_latency_s, n_tiers, resul
     results[op, R_ACT_READ_BITS] += sent
     results[op, R_WAVES] += 1
     times[op, n_tiers] += sent / 8.0 / link_bandwidth
-    times[op, n_tiers + 2] += op_int[op, C_LINK_STEPS] * link_latency_s
+    times[op, n_tiers + 2] += op_int[op, C_LINK_STEPS] * link_latency_s + collective_s
 
 
 @jit
 def walk_step(op_int, op_float, step, seed, n_cores, vector_rate, launch_s, tier_bandwidth,
-              tier_latency_s, tier_granularity, link_bandwidth, link_latency_s, routes, arena,
-              read_bits, written_bits, results, times):
+              tier_latency_s, tier_granularity, link_bandwidth, link_latency_s, collective_s,
+              routes, arena, read_bits, written_bits, results, times):
     """Emulate decode step ``step`` (0-based) of the plan's ops, accumulating into the outputs.
 
     ``read_bits``/``written_bits`` are ``[op, tier]``; ``results`` is ``[op, R_*]``; ``times`` is
@@ -963,7 +964,7 @@ def walk_step(op_int, op_float, step, seed, n_cores, vector_rate, launch_s, tier
         times[op, n_tiers + 3] += launch_s * op_int[op, C_LAUNCHES]
         if kind == OP_ALL_TO_ALL:
             _all_to_all(op, routes[route, op_int[op, C_ROUTE_COL]], op_int, link_bandwidth,
-                        link_latency_s, n_tiers, results, times)
+                        link_latency_s, collective_s, n_tiers, results, times)
         elif kind == OP_MATMUL:
             m = op_int[op, C_M] if route < 0 else routes[route, op_int[op, C_ROUTE_COL]]
             if m > 0:
@@ -978,8 +979,8 @@ def walk_step(op_int, op_float, step, seed, n_cores, vector_rate, launch_s, tier
             _kv_append(op, op_int, step, n_cores, tier_bandwidth, tier_latency_s,
                        tier_granularity, written_bits, results, times, wave_bits)
         elif kind == OP_COLLECTIVE:
-            _collective(op, op_int, vector_rate, link_bandwidth, link_latency_s, n_tiers,
-                        results, times)
+            _collective(op, op_int, vector_rate, link_bandwidth, link_latency_s, collective_s,
+                        n_tiers, results, times)
         elif kind == OP_SEND:
             _send(op, op_int, link_bandwidth, link_latency_s, n_tiers, results, times)
         else:

@@ -64,6 +64,7 @@ class Link:
     topology: str = "switch"
     max_chips: int = 1
     energy_j_per_byte: float = 0.0
+    collective_latency_s: float = 0.0   # fixed start-up of one collective call
 
 
 @dataclass(frozen=True)
@@ -301,7 +302,7 @@ def _parse_link(table: Any, *, file: str, prefix: str, host: bool) -> Link:
         check_keys(table, required=("bandwidth",), optional=("latency",), file=file, prefix=prefix)
     else:
         check_keys(table, required=("bandwidth", "latency", "topology", "max_chips"),
-                   optional=("energy",), file=file, prefix=prefix)
+                   optional=("energy", "collective_latency"), file=file, prefix=prefix)
     latency = 0.0
     if "latency" in table:
         latency = _q(table, "latency", "time", file=file, prefix=prefix, minimum_exclusive=False)
@@ -319,6 +320,9 @@ def _parse_link(table: Any, *, file: str, prefix: str, host: bool) -> Link:
                              choices=TOPOLOGIES),
         max_chips=require_int(table["max_chips"], file=file, field=prefix + "max_chips"),
         energy_j_per_byte=energy,
+        collective_latency_s=(_q(table, "collective_latency", "time", file=file, prefix=prefix,
+                                 minimum_exclusive=False)
+                              if "collective_latency" in table else 0.0),
     )
 
 

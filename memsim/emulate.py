@@ -67,7 +67,8 @@ def run_step(plan: Plan, residency: Residency, step: int,
     dev = plan.device
     k.walk_step(plan.op_int, plan.op_float, step, plan.workload.seed, dev.cores,
                 dev.vector_ops_per_s, dev.op_launch_s, plan.tier_bandwidth, plan.tier_latency_s,
-                plan.tier_granularity, plan.link_bandwidth, plan.link_latency_s, routes,
+                plan.tier_granularity, plan.link_bandwidth, plan.link_latency_s,
+                plan.collective_latency_s, routes,
                 residency.arena, counts.read_bits, counts.written_bits, counts.results,
                 counts.times)
     return counts

@@ -85,6 +85,7 @@ class Plan:
     tier_energy_j_per_byte: np.ndarray
     link_bandwidth: float             # bytes/s per direction (inf when there is no link)
     link_latency_s: float
+    collective_latency_s: float       # fixed start-up of a collective call
     op_int: np.ndarray                # [op, k.C_*]
     op_float: np.ndarray              # [op, k.F_*]
     op_names: tuple[str, ...]
@@ -642,6 +643,7 @@ def _plan_stage(device: Device, model: Model, workload: Decode, policy: str, sh:
         tier_energy_j_per_byte=np.array([t.energy_j_per_byte for t in tiers], dtype=np.float64),
         link_bandwidth=link.bandwidth if link else math.inf,
         link_latency_s=link.latency_s if link else 0.0,
+        collective_latency_s=link.collective_latency_s if link else 0.0,
         op_int=op_int, op_float=np.array(floats, dtype=np.float64).reshape(-1, k.N_FLOAT_COLS),
         op_names=tuple(op_names), op_microbatch=np.array(op_micro, dtype=np.int64),
         tensors=tuple(tensors), residency=residency, lru_capacity_bits=lru_capacity_bits,
@@ -791,7 +793,7 @@ def _max_lru_entries(op_int: np.ndarray, tensors: list[Tensor], capacity_bits: i
 # every other (the op tables stay; the per-tier figures and the peaks are swapped).
 TIMING_FIELDS = ("bandwidth", "sustained_bandwidth", "latency", "energy")
 TIMING_PATHS = ("clock", "overheads.op_launch", "energy.per_flop", "link.bandwidth",
-                "link.latency", "link.energy", "cost.usd_per_chip_hour")
+                "link.latency", "link.energy", "link.collective_latency", "cost.usd_per_chip_hour")
 
 
 def is_timing_path(path: str) -> bool:
@@ -823,5 +825,6 @@ def retarget(system: SystemPlan, device: Device) -> SystemPlan:
             tier_energy_j_per_byte=np.array([t.energy_j_per_byte for t in tiers],
                                             dtype=np.float64),
             link_bandwidth=link.bandwidth if link else math.inf,
-            link_latency_s=link.latency_s if link else 0.0))
+            link_latency_s=link.latency_s if link else 0.0,
+            collective_latency_s=link.collective_latency_s if link else 0.0))
     return dataclasses.replace(system, device=device, stages=tuple(stages))

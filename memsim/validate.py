@@ -36,9 +36,10 @@ class Row:
 
     measurement: dict[str, Any]
     predicted: float | None
-    error: float | None           # (predicted - measured) / measured
+    error: float | None           # memsim's speed over the measured speed, minus one
     bottleneck: str
     problem: str                   # why there is no prediction
+    roofline_error: float | None = None   # the same for bytes over peak bandwidth
 
     @property
     def id(self) -> str:
@@ -98,7 +99,25 @@ def predict(row: dict[str, Any], folder: Path) -> Row:
     value = {"tokens_per_s_per_user": report.tokens_per_s,
              "ms_per_token": 1e3 * report.time_per_token,
              "tokens_per_s_total": report.tokens_per_s_total}[row["metric"]]
-    return Row(row, value, (value - row["value"]) / row["value"], report.bottleneck, "")
+    main = dev.main_memory
+    chip_bytes = sum(report.chip(s)["bytes_read"][main.name] + report.chip(s)["bytes_written"][
+        main.name] for s in range(report.pp))
+    roofline_s = chip_bytes / main.bandwidth           # one chip per stage, stages in turn
+    return Row(row, value, _speed_ratio(row, value) - 1, report.bottleneck, "",
+               _speed_ratio(row, _in_metric(row, roofline_s)) - 1)
+
+
+def _in_metric(row: dict[str, Any], step_s: float) -> float:
+    """A step time in the measurement's metric."""
+    return {"tokens_per_s_per_user": 1.0 / step_s, "ms_per_token": 1e3 * step_s,
+            "tokens_per_s_total": row["batch"] / step_s}[row["metric"]]
+
+
+def _speed_ratio(row: dict[str, Any], predicted: float) -> float:
+    """Predicted speed over measured speed (a time metric inverted)."""
+    if row["metric"] == "ms_per_token":
+        return row["value"] / predicted
+    return predicted / row["value"]
 
 
 def _landscape() -> list[str]:
@@ -164,6 +183,8 @@ def render(rows: Sequence[Row], folder: Path) -> str:
     batch1 = [abs(r.error) for r in rows if r.error is not None
               and r.measurement["batch"] == 1]
     every = [abs(r.error) for r in rows if r.error is not None]
+    roof1 = [abs(r.roofline_error) for r in rows if r.roofline_error is not None
+             and r.measurement["batch"] == 1]
     lines = [
         "# memsim against measurements",
         "",
@@ -176,19 +197,29 @@ def render(rows: Sequence[Row], folder: Path) -> str:
     ]
     if every:
         lines[-1] += f", {100 * statistics.median(every):.1f}% over all {len(every)}."
+    if roof1:
+        lines += ["", f"A bytes-over-peak-bandwidth roofline of the same rows (the bytes memsim "
+                      f"counts, over the main memory's peak) is off by a median "
+                      f"**{100 * statistics.median(roof1):.1f}%** at batch 1: the gap memsim's "
+                      "cycle model (sustained bandwidth, launches, collective latency, waves, "
+                      "dequantization) is there to close."]
     lines += [
         "",
+        "Error: memsim's speed over the measured speed, minus one (positive: memsim predicts "
+        "faster than measured); the roofline column is the same for bytes over peak bandwidth.",
+        "",
         "| id | device x chips | model | weights | software | batch | context | metric | "
-        "measured | memsim | error | memsim bound by |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "measured | memsim | error | roofline error | memsim bound by |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         m = r.measurement
         predicted = "-" if r.predicted is None else f"{r.predicted:.1f}"
         error = "-" if r.error is None else f"{100 * r.error:+.0f}%"
+        roof = "-" if r.roofline_error is None else f"{100 * r.roofline_error:+.0f}%"
         lines.append(f"| {m['id']} | {m['device']} x {m.get('chips', 1)} | {m['model']} | "
                      f"{m['weights']} | {m['software']} | {m['batch']} | {m['context']} | "
-                     f"{m['metric']} | {m['value']} | {predicted} | {error} | "
+                     f"{m['metric']} | {m['value']} | {predicted} | {error} | {roof} | "
                      f"{r.bottleneck or r.problem} |")
     worst = sorted((r for r in rows if r.error is not None), key=lambda r: -abs(r.error))[:8]
     lines += ["", "## The worst rows, explained", ""]

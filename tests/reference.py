@@ -155,7 +155,8 @@ def run_step(plan: Plan, state: ReferenceState, step: int, routes=None) -> dict:
             counters["act_read_bits"] += sent
             counters["waves"] += 1
             out["times"][op][n_tiers] += sent / 8.0 / plan.link_bandwidth
-            out["times"][op][n_tiers + 2] += row[k.C_LINK_STEPS] * plan.link_latency_s
+            out["times"][op][n_tiers + 2] += (row[k.C_LINK_STEPS] * plan.link_latency_s
+                                              + plan.collective_latency_s)
         elif kind == k.OP_MATMUL:
             m, kdim, n = row[k.C_M], row[k.C_K], row[k.C_N]
             if routed:
@@ -263,7 +264,8 @@ def run_step(plan: Plan, state: ReferenceState, step: int, routes=None) -> dict:
             counters["waves"] += passes * row[k.C_LINK_STEPS]
             link_s, add_s = sent / 8.0 / plan.link_bandwidth, adds / dev.vector_ops_per_s
             out["times"][op][n_tiers if link_s >= add_s else n_tiers + 1] += max(link_s, add_s)
-            out["times"][op][n_tiers + 2] += passes * row[k.C_LINK_STEPS] * plan.link_latency_s
+            out["times"][op][n_tiers + 2] += (passes * row[k.C_LINK_STEPS] * plan.link_latency_s
+                                              + plan.collective_latency_s)
 
         elif kind == k.OP_SEND:
             sent = row[k.C_M] * row[k.C_K] * act_bits

@@ -159,7 +159,9 @@ def test_collective_time_is_latency_steps_plus_bytes_over_the_link():
     report = memsim.emulate(dev, "llama-3-8b", batch=2, context=128, tp=4)
     row = next(r for r in report.ops if r.name == "attn_allreduce")
     link = dev.link
-    expected = (2 * 3 * link.latency_s + row.link_bytes / link.bandwidth + dev.op_launch_s)
+    expected = (2 * 3 * link.latency_s + link.collective_latency_s
+                + row.link_bytes / link.bandwidth + dev.op_launch_s)
+    assert link.collective_latency_s == 6.6e-6          # NCCL's ring LL base latency
     assert row.time_s == pytest.approx(expected, rel=1e-12)
     assert row.bound_by in ("link", "latency", "launch")
 
