@@ -53,7 +53,7 @@ def test_rows_are_predicted_in_their_metric(tmp_path):
     by_id = {r.id: r for r in rows}
     report = memsim.emulate("h100-sxm", "llama-3.2-1b", context=512)
     assert by_id["a"].predicted == pytest.approx(1e3 * report.time_per_token)
-    assert by_id["a"].error == pytest.approx(by_id["a"].predicted / 1.0 - 1)
+    assert by_id["a"].error == pytest.approx(1.0 / by_id["a"].predicted - 1)   # on speed
     assert by_id["c"].predicted is None and "short by" in by_id["c"].problem
     assert "the test says why" in text and "Median absolute error" in text
     assert "8x NVIDIA H100" in text and (tmp_path / "out.md").read_text() == text
