@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -581,6 +582,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"memsim: error: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:             # a reader such as `head` stopped early
+        sys.stderr = open(os.devnull, "w")
+        return 0
 
 
 if __name__ == "__main__":
