@@ -1,70 +1,83 @@
-"""Invariants of the decode-step emulation: conservation, monotonicity, scaling, determinism."""
+"""Invariants of the decode-step emulation: conservation, lower bounds, closed forms,
+monotonicity, scaling, determinism; drawn with memsim's own public strategies and checked with
+its public checkers (memsim.testing)."""
 
 from __future__ import annotations
 
 import dataclasses
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import memsim
+from memsim.testing import (assert_matches_closed_form, assert_no_more_traffic_when,
+                            assert_not_slower_when, assert_report_invariants,
+                            assert_same_traffic, examples, no_reuse)
+from memsim.testing import strategies as ms
 
-SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-
-
-def no_reuse(name: str) -> memsim.Device:
-    """The device with an on-chip tier no bigger than one access: nothing is ever reused."""
-    dev = memsim.device(name)
-    on_chip = dev.tiers[0]
-    return dev.with_overrides({f"tiers.{on_chip.name}.capacity": f"{on_chip.granularity} B"})
-
-
-@st.composite
-def models(draw, layers=None):
-    kv_heads = draw(st.integers(1, 4))
-    return memsim.Model(
-        name="m", display_name="m", layers=layers or draw(st.integers(1, 3)),
-        hidden=draw(st.integers(2, 24)) * 16, heads=kv_heads * draw(st.integers(1, 4)),
-        kv_heads=kv_heads, head_dim=draw(st.sampled_from([16, 32, 64])),
-        ffn=draw(st.integers(2, 48)) * 16, vocab=draw(st.integers(100, 3000)),
-        tied_embeddings=draw(st.booleans()))
-
-
-workloads = st.builds(
-    memsim.Decode, batch=st.integers(1, 6), context=st.integers(0, 600),
-    weights=st.sampled_from(["bf16", "int8", "int4-g128", "nvfp4", "q8_0"]),
-    kv=st.sampled_from(["bf16", "fp8-e4m3", "int8"]), steps=st.integers(1, 3),
-    kv_block=st.sampled_from([8, 16, 32]), residency=st.just("lru"), seed=st.integers(0, 5))
-
-devices = st.sampled_from(["h100-sxm", "mi300x", "tpu-v5e", "gaudi-3", "mtia-v2"])
+CATALOG = st.sampled_from(["h100-sxm", "mi300x", "tpu-v5e", "gaudi-3", "mtia-v2"])
+# the catalog's streaming devices, their figures perturbed up to 2x either way
+devices = ms.devices(base=CATALOG)
+# small shapes, ragged against every tile; dense and mixture-of-experts
+models = ms.models(layers=st.integers(1, 3), hidden=st.integers(1, 384),
+                   ffn=st.integers(1, 768), head_dim=st.integers(1, 64),
+                   vocab=st.integers(1, 3000), experts=st.just(1) | st.integers(2, 6))
+dense_models = ms.models(layers=st.integers(1, 3), hidden=st.integers(1, 384),
+                         ffn=st.integers(1, 768), head_dim=st.integers(1, 64),
+                         vocab=st.integers(1, 3000), experts=1)
+workloads = ms.decodes(batch=st.integers(1, 6), context=st.integers(0, 600),
+                       tile_k=st.none() | st.integers(8, 160),
+                       tile_n=st.none() | st.integers(8, 160))
+lru_workloads = ms.decodes(batch=st.integers(1, 6), context=st.integers(0, 600), residency="lru")
 
 
 def _off_chip_read(report: memsim.Report) -> int:
     return sum(v for t, v in report.bytes_read.items() if t != report.tier_names[0])
 
 
-@SETTINGS
-@given(models(), workloads, devices)
-def test_conservation_across_tiers(model, workload, name):
-    """What the compute reads on chip is its hits plus what came from further out; fills equal
-    the bytes read from further out."""
-    report = memsim.emulate(name, model, workload)
-    on_chip = report.tier_names[0]
-    for summary in report.steps:
-        from_outside = sum(v for t, v in summary.bytes_read.items() if t != on_chip)
-        assert summary.bytes_written[on_chip] == from_outside
-        # each op's bits round up to whole bytes once for its total, once for each part
-        n_ops = len(report.op_names)
-        assert (summary.hit_bytes + from_outside - n_ops <= summary.bytes_read[on_chip]
-                <= summary.hit_bytes + from_outside)
-    warm_rows = report.op_rows("warm")
-    assert sum(r.bytes_read[on_chip] for r in warm_rows) == report.warm.bytes_read[on_chip]
+@settings(max_examples=examples(40))
+@given(devices, models, workloads)
+def test_every_report_conserves_bytes_and_respects_its_lower_bounds(dev, model, workload):
+    """What the compute reads on chip is its hits plus what came from further out, every fill is
+    a read from further out, and no step beats its bytes over bandwidth or its FLOPs over peak."""
+    assert_report_invariants(memsim.emulate(dev, model, workload), dev)
 
 
-@SETTINGS
-@given(models(layers=1), workloads, devices)
-def test_traffic_is_linear_in_layers(model, workload, name):
-    dev = no_reuse(name)
+@settings(max_examples=examples(25))
+@given(devices, ms.models(layers=st.integers(1, 3), hidden=st.integers(1, 256),
+                          kv_heads=st.sampled_from([2, 4]), head_dim=st.integers(1, 64),
+                          ffn=st.integers(1, 256).map(lambda n: 2 * n), experts=1),
+       ms.decodes(batch=st.integers(1, 4), context=st.integers(0, 300),
+                  tp=st.sampled_from([1, 2]), pp=st.sampled_from([1, 2])))
+def test_tensor_and_pipeline_parallel_reports_keep_the_invariants(dev, model, workload):
+    """Per chip of each stage, and over the system with the other chips' embedding rows."""
+    assert_report_invariants(memsim.emulate(dev, model, workload), dev)
+
+
+@settings(max_examples=examples(25))
+@given(devices, ms.models(layers=st.integers(1, 3), hidden=st.integers(1, 256),
+                          ffn=st.integers(1, 256), experts=st.sampled_from([2, 4, 6])),
+       ms.decodes(batch=st.sampled_from([2, 4, 6]), context=st.integers(0, 300), ep=2))
+def test_expert_parallel_reports_keep_the_invariants(dev, model, workload):
+    """Chips side by side, each layer waiting for the slowest."""
+    assert_report_invariants(memsim.emulate(dev, model, workload), dev)
+
+
+@settings(max_examples=examples(40))
+@given(devices, dense_models, ms.decodes(batch=st.integers(1, 6), context=st.integers(0, 600),
+                                         tile_k=st.none() | st.integers(8, 160),
+                                         tile_n=st.none() | st.integers(8, 160),
+                                         pp=st.sampled_from([1, 1, 2])))
+def test_with_no_reuse_every_op_reads_its_closed_form(dev, model, workload):
+    """Every weight's storage, one embedding row per token and the KV blocks, to the byte."""
+    dev = no_reuse(dev)
+    assert_matches_closed_form(memsim.emulate(dev, model, workload), dev, model, workload)
+
+
+@settings(max_examples=examples(25))
+@given(devices, ms.models(layers=1, experts=1), workloads)
+def test_traffic_is_linear_in_layers(dev, model, workload):
+    dev = no_reuse(dev)
     totals = []
     for layers in (1, 2, 3):
         report = memsim.emulate(dev, dataclasses.replace(model, layers=layers), workload)
@@ -72,45 +85,44 @@ def test_traffic_is_linear_in_layers(model, workload, name):
     assert totals[2] - totals[1] == totals[1] - totals[0] > 0
 
 
-@SETTINGS
-@given(models(), st.integers(1, 5), devices)
-def test_fewer_bits_per_weight_move_fewer_bytes(model, batch, name):
-    dev = no_reuse(name)
+@settings(max_examples=examples(25))
+@given(devices, ms.models(layers=st.integers(1, 3), hidden=st.integers(16, 384),
+                          ffn=st.integers(16, 768), head_dim=st.integers(16, 64),
+                          vocab=st.integers(1, 3000), experts=1), st.integers(1, 5))
+def test_fewer_bits_per_weight_move_fewer_bytes(dev, model, batch):
+    """Once rows are long enough to amortise their scales (at one element, an int4 group's
+    20 bits of metadata make it as big as int8's row)."""
+    dev = no_reuse(dev)
     moved = [_off_chip_read(memsim.emulate(dev, model, batch=batch, context=64, weights=fmt))
              for fmt in ("int4-g128", "int8", "bf16")]
     assert moved[0] < moved[1] < moved[2]
 
 
-@SETTINGS
-@given(models(), workloads, devices, st.floats(1.01, 8.0))
-def test_time_never_rises_when_a_bandwidth_rises(model, workload, name, factor):
-    dev = memsim.device(name)
-    base = memsim.emulate(dev, model, workload)
-    for tier in dev.tiers:
-        faster = dev.with_overrides({f"tiers.{tier.name}.bandwidth": f"{tier.bandwidth * factor!r} B/s"})
-        report = memsim.emulate(faster, model, workload)
-        assert report.time_per_token <= base.time_per_token * (1 + 1e-12)
-        assert report.bytes_read == base.bytes_read
+@settings(max_examples=examples(25))
+@given(devices, models, workloads, st.floats(1.01, 8.0), st.data())
+def test_time_never_rises_when_a_bandwidth_rises(dev, model, workload, factor, data):
+    tier = data.draw(st.sampled_from(dev.tiers))
+    before, after = assert_not_slower_when(
+        {f"tiers.{tier.name}.bandwidth": f"{tier.bandwidth * factor!r} B/s"},
+        device=dev, model=model, workload=workload)
+    assert after.bytes_read == before.bytes_read
 
 
-@SETTINGS
-@given(models(), workloads, devices, st.integers(0, 30), st.integers(0, 30))
-def test_a_bigger_on_chip_tier_never_adds_off_chip_traffic(model, workload, name, a, b):
-    dev = memsim.device(name)
-    on_chip = dev.tiers[0].name
-    # from one access up (TPU v5e's is 4 KiB)
-    small, big = sorted(dev.tiers[0].granularity + 2**16 * n for n in (a, b))
-    reports = [memsim.emulate(dev.with_overrides({f"tiers.{on_chip}.capacity": f"{size} B"}),
-                              model, workload) for size in (small, big)]
-    for small, big in zip(reports[0].steps, reports[1].steps):
-        assert (sum(v for t, v in big.bytes_read.items() if t != on_chip)
-                <= sum(v for t, v in small.bytes_read.items() if t != on_chip))
+@settings(max_examples=examples(25))
+@given(devices, models, lru_workloads, st.integers(0, 30), st.integers(0, 30))
+def test_a_bigger_on_chip_tier_never_adds_off_chip_traffic(dev, model, workload, a, b):
+    on_chip = dev.tiers[0]
+    small, big = sorted(on_chip.granularity + 2**16 * n for n in (a, b))
+    assert_no_more_traffic_when({f"tiers.{on_chip.name}.capacity": f"{big} B"},
+                                device=dev.with_overrides(
+                                    {f"tiers.{on_chip.name}.capacity": f"{small} B"}),
+                                model=model, workload=workload)
 
 
-@SETTINGS
-@given(models(), workloads, devices)
-def test_kv_traffic_scales_with_batch_and_weights_do_not(model, workload, name):
-    dev = no_reuse(name)
+@settings(max_examples=examples(25))
+@given(devices, dense_models, workloads)
+def test_kv_traffic_scales_with_batch_and_weights_do_not(dev, model, workload):
+    dev = no_reuse(dev)
     one = memsim.emulate(dev, model, dataclasses.replace(workload, batch=1))
     three = memsim.emulate(dev, model, dataclasses.replace(workload, batch=3))
     home = dev.layout.kv
@@ -127,10 +139,10 @@ def test_kv_traffic_scales_with_batch_and_weights_do_not(model, workload, name):
     assert matmuls(three) == matmuls(one)
 
 
-@SETTINGS
-@given(models(), workloads, st.integers(100, 4000))
+@settings(max_examples=examples(25))
+@given(models, workloads, st.integers(100, 4000))
 def test_more_context_reads_more_kv(model, workload, extra):
-    dev = no_reuse("h100-sxm")
+    dev = no_reuse(memsim.device("h100-sxm"))
     short = memsim.emulate(dev, model, workload)
     long = memsim.emulate(dev, model, dataclasses.replace(workload,
                                                           context=workload.context + extra))
@@ -138,9 +150,10 @@ def test_more_context_reads_more_kv(model, workload, extra):
     assert long.time_per_token >= short.time_per_token
 
 
-@SETTINGS
-@given(models(), workloads, devices)
-def test_same_seed_same_counts_bit_for_bit(model, workload, name):
-    a = memsim.emulate(name, model, workload).to_dict()
-    b = memsim.emulate(name, model, workload).to_dict()
-    assert a == b
+@settings(max_examples=examples(25))
+@given(devices, models, workloads)
+def test_same_seed_same_counts_bit_for_bit(dev, model, workload):
+    first = memsim.emulate(dev, model, workload)
+    again = memsim.emulate(dev, model, workload)
+    assert_same_traffic(first, again)
+    assert first.to_dict() == again.to_dict()
