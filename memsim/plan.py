@@ -378,8 +378,10 @@ def _plan_policy(device: Device, model: Model, workload: Decode, policy: str) ->
         return _plan_expert_parallel(device, model, workload, policy, sh, placer, tile_n,
                                      final_tokens)
     items = _item_specs(model, workload, sh, tile_n, final_tokens, workload.batch)
-    placed = [[placer.place(spec) for spec in item] for item in items]
-    starts = _stage_starts(device, placed, workload.pp, policy)
+    starts = [0]
+    if workload.pp > 1:
+        placed = [[placer.place(spec) for spec in item] for item in items]
+        starts = _stage_starts(device, placed, workload.pp, policy)
     ends = starts[1:] + [len(items)]
     stages = tuple(
         _plan_stage(device, model, workload, policy, sh, placer, items[a:b], a, s, len(starts))
@@ -412,8 +414,6 @@ def _stage_starts(device: Device, placed: list[list[Tensor]], pp: int, policy: s
     """First item of each stage: equal bytes per stage when a balanced cut fits, else an even
     split of the items (the capacity check then says what is short, or the tiered policy
     spills)."""
-    if pp == 1:
-        return [0]
     n_tiers = len(device.tiers)
     item_bytes = [tuple(sum(t.bytes_on(i) for t in item) for i in range(n_tiers))
                   for item in placed]
@@ -480,16 +480,30 @@ def _plan_stage(device: Device, model: Model, workload: Decode, policy: str, sh:
         tensors, spilled = _spill(device, tensors)
     _check_capacity(device, model, workload, tensors, stage, stages)
 
-    rows: list[np.ndarray] = []
+    rows: list[list[int]] = []
     floats: list[tuple[float, float]] = []
     op_names: list[str] = []
     op_micro: list[int] = []
     micro = 0
 
+    template = [0] * k.N_INT_COLS
+    for column, value in ((k.C_TILE_K, tile_k), (k.C_TILE_N, tile_n),
+                          (k.C_M_GRAIN, device.matrix_unit[0]), (k.C_BATCH, mb),
+                          (k.C_KV_HEADS, sh.kv_heads), (k.C_Q_PER_KV, sh.q_per_kv),
+                          (k.C_HEAD_DIM, model.head_dim), (k.C_CONTEXT, workload.context),
+                          (k.C_NEW_TOKENS, workload.new_tokens), (k.C_KV_BLOCK, workload.kv_block),
+                          (k.C_KV_ROW_BITS, row_bits),
+                          (k.C_KV_MAX_BLOCKS, -(-final_tokens // workload.kv_block)),
+                          (k.C_ROWS_HERE, sh.vocab_rows), (k.C_LINK_STEPS, steps_per_pass),
+                          (k.C_STEP_TOKENS, step_tokens or workload.batch * workload.new_tokens),
+                          (k.C_ROUTE, -1), (k.C_LAUNCHES, 1)):
+        template[column] = value
+    format_params: dict[tuple[str, int], tuple[int, ...]] = {}
+
     def add_op(name: str, kind: int, layer: int, tensor: int, fmt: Format, *, m: int = 0,
                kk: int = 0, n: int = 0, peak: float = 0.0, dequant: float = 0.0,
-               chips: int = 0, passes: int = 0, act_bits: int = act.element_bits) -> np.ndarray:
-        row = np.zeros(k.N_INT_COLS, dtype=np.int64)
+               chips: int = 0, passes: int = 0, act_bits: int = act.element_bits) -> list[int]:
+        row = template.copy()
         row[k.C_KIND] = kind
         row[k.C_LAYER] = layer
         row[k.C_M] = m
@@ -502,29 +516,15 @@ def _plan_stage(device: Device, model: Model, workload: Decode, policy: str, sh:
             row[k.C_HOME_HI] = placed.home_hi
             row[k.C_SPLIT] = placed.split
             row[k.C_PINNED] = int(placed.pinned)
+        params = format_params.get((fmt.name, kk))
+        if params is None:
+            params = format_params[(fmt.name, kk)] = fmt.kernel_params(kk)
         (row[k.C_ELEM_BITS], row[k.C_GROUP], row[k.C_META_BITS], row[k.C_PADDED],
-         row[k.C_TENSOR_META_BITS]) = fmt.kernel_params(kk)
-        row[k.C_TILE_K] = tile_k
-        row[k.C_TILE_N] = tile_n
-        row[k.C_M_GRAIN] = device.matrix_unit[0]
-        row[k.C_BATCH] = mb
-        row[k.C_KV_HEADS] = sh.kv_heads
-        row[k.C_Q_PER_KV] = sh.q_per_kv
-        row[k.C_HEAD_DIM] = model.head_dim
-        row[k.C_CONTEXT] = workload.context
-        row[k.C_NEW_TOKENS] = workload.new_tokens
-        row[k.C_KV_BLOCK] = workload.kv_block
-        row[k.C_KV_ROW_BITS] = row_bits
+         row[k.C_TENSOR_META_BITS]) = params
         row[k.C_ACT_BITS] = act_bits
-        row[k.C_KV_MAX_BLOCKS] = -(-final_tokens // workload.kv_block)
-        row[k.C_ROWS_HERE] = sh.vocab_rows
         row[k.C_CHIPS] = chips
         row[k.C_PASSES] = passes
-        row[k.C_LINK_STEPS] = steps_per_pass
         row[k.C_TOKEN_BASE] = token_base + micro * m_rows
-        row[k.C_STEP_TOKENS] = step_tokens or workload.batch * workload.new_tokens
-        row[k.C_ROUTE] = -1
-        row[k.C_LAUNCHES] = 1
         rows.append(row)
         floats.append((peak, dequant))
         op_names.append(name)
@@ -532,7 +532,7 @@ def _plan_stage(device: Device, model: Model, workload: Decode, policy: str, sh:
         return row
 
     def matmul(name: str, layer: int, kk: int, n: int, tensor: str = "",
-               rows: int = 0) -> np.ndarray:
+               rows: int = 0) -> list[int]:
         return add_op(name, k.OP_MATMUL, layer,
                index[tensor or (f"{name}.{layer}" if layer >= 0 else name)], wfmt,
                m=rows or m_rows, kk=kk, n=n, peak=weight_peak, dequant=weight_dequant)
@@ -627,7 +627,7 @@ def _plan_stage(device: Device, model: Model, workload: Decode, policy: str, sh:
     if residency == "auto":
         residency = "pinned" if policy == "hybrid" else "lru"
     tensors, pinned_bits = _pin(tensors, residency, tiers[0].capacity)
-    op_int = np.stack(rows)
+    op_int = np.array(rows, dtype=np.int64)
     for op in range(op_int.shape[0]):
         if op_int[op, k.C_TENSOR] >= 0:
             op_int[op, k.C_PINNED] = int(tensors[op_int[op, k.C_TENSOR]].pinned)
