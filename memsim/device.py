@@ -414,6 +414,11 @@ def parse_device(data: Mapping[str, Any], *, file: str) -> Device:
                                        choices=POLICIES),
                     weights=homes["weights"], kv=homes["kv"], activations=homes["activations"],
                     spill=homes.get("spill"))
+    if (layout.policy in ("tiered", "weight-streaming") and layout.spill is None
+            and names.index(names[-1]) <= names.index(layout.weights)):
+        raise ConfigError(f"the {layout.policy} policy needs a slower tier to spill to: name one "
+                          "in layout.spill, or add a tier further out than the weights' home",
+                          file=file, field="layout.policy")
 
     overheads = require_table(data["overheads"], file=file, field="overheads")
     check_keys(overheads, required=("op_launch",), file=file, prefix="overheads.")

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 import memsim
 from memsim import ConfigError, bytes_for, get_format
+from memsim.testing import examples
 
 # name -> (payload bits per element, elements per group along K (0: one group per row,
 #          None: no groups), metadata bits per group, ragged last group stored whole,
@@ -214,7 +215,7 @@ def _bits_from_kernel_params(params: tuple[int, int, int, int, int], rows: int, 
     return rows * row + tensor_meta
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60))
 @given(name=st.sampled_from(NAMES), rows=st.integers(1, 64), k=st.integers(1, 1000))
 def test_kernel_params_reproduce_bytes_for(name, rows, k):
     bits = _bits_from_kernel_params(get_format(name).kernel_params(k), rows, k)
@@ -223,7 +224,7 @@ def test_kernel_params_reproduce_bytes_for(name, rows, k):
 
 # --- properties -------------------------------------------------------------------------------
 
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=examples(80))
 @given(name=st.sampled_from(NAMES), rows=st.integers(0, 300), k=st.integers(0, 700),
        more_rows=st.integers(0, 40), more_k=st.integers(0, 200))
 def test_monotonic_in_elements(name, rows, k, more_rows, more_k):
@@ -233,13 +234,13 @@ def test_monotonic_in_elements(name, rows, k, more_rows, more_k):
     assert bytes_for((rows + more_rows, k + more_k), name) >= base
 
 
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=examples(80))
 @given(name=st.sampled_from(NAMES), rows=st.integers(0, 300), k=st.integers(0, 700))
 def test_matches_spec_on_any_shape(name, rows, k):
     assert bytes_for((rows, k), name) == math.ceil(spec_bits(name, rows, k) / 8)
 
 
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=examples(80))
 @given(name=st.sampled_from(NAMES), row_blocks=st.integers(1, 40), k_groups=st.integers(1, 40),
        k_any=st.integers(1, 600))
 def test_exact_for_shapes_that_divide(name, row_blocks, k_groups, k_any):
@@ -251,14 +252,14 @@ def test_exact_for_shapes_that_divide(name, row_blocks, k_groups, k_any):
     assert Fraction(bytes_for((rows, k), name) * 8) == rows * k * bpw + tensor_meta
 
 
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=examples(80))
 @given(name=st.sampled_from(NAMES), rows=st.integers(0, 300), k=st.integers(0, 700))
 def test_never_below_the_payload(name, rows, k):
     element_bits = SPEC[name][0]
     assert bytes_for((rows, k), name) * 8 >= rows * k * element_bits
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60))
 @given(n=st.integers(8, 4096), rows=st.integers(1, 64), k=st.integers(1, 5000))
 def test_int4_any_group_size(n, rows, k):
     fmt = get_format(f"int4-g{n}")

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import memsim
 from memsim.capacity import capacity_table, fewest_chips
 from memsim.compare import compare_device, usd_per_million_tokens
 from memsim.plan import plan_system
+from memsim.testing import examples
 
 WEIGHT_OPS = ("embed", "attn_norm", "qkv", "o_proj", "ffn_norm", "gate", "up", "down",
               "final_norm", "lm_head")
@@ -106,7 +107,7 @@ def placements(draw):
     return rules
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(25))
 @given(placements(), st.integers(1, 3), st.integers(0, 200))
 def test_placement_moves_weight_bytes_between_tiers_but_never_changes_their_total(
         placement, batch, context):

@@ -6,12 +6,13 @@ import math
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import memsim
 from memsim.plan import plan_system
 from memsim.routing import Router, probabilities
+from memsim.testing import examples
 
 EXPERT_OPS = ("expert_gate", "expert_up", "expert_down")
 
@@ -46,7 +47,7 @@ def test_bytes_read_approach_all_experts_as_the_batch_grows():
     assert expert_bytes > 0.99 * all_experts          # 64 tokens x 2 of 8 miss almost none
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(30))
 @given(st.integers(2, 64), st.integers(1, 8), st.integers(1, 64), st.integers(0, 99))
 def test_distinct_experts_match_the_uniform_closed_form(experts, k, batch, seed):
     """E (1 - (1 - k/E)^B) distinct experts per layer, within three standard errors of the

@@ -5,12 +5,13 @@ from __future__ import annotations
 import math
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import memsim
 from memsim.layout import collective_steps
 from memsim.plan import plan_system
+from memsim.testing import examples
 
 SHARDED = ("qkv", "o_proj", "gate", "up", "down", "lm_head")
 
@@ -78,7 +79,7 @@ def sharded_runs(draw):
     return model, tp, workload
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(40))
 @given(sharded_runs())
 def test_tp_shards_and_ring_bytes_for_random_shapes(run):
     """Each chip reads exactly 1/tp of every sharded weight, and sends exactly the ring
@@ -104,7 +105,7 @@ def test_tp_shards_and_ring_bytes_for_random_shapes(run):
         0 if tp == 1 else 2 * model.layers + 2)
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(25))
 @given(sharded_runs())
 def test_more_chips_never_raise_per_chip_weight_bytes(run):
     model, tp, fields = run

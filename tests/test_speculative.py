@@ -5,12 +5,19 @@ from __future__ import annotations
 import math
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import memsim
-from memsim.speculative import (Acceptance, closed_form_tokens, kv_bytes_per_token,
-                                sample_tokens, speculative, tree_nodes)
+from memsim.speculative import (
+    Acceptance,
+    closed_form_tokens,
+    kv_bytes_per_token,
+    sample_tokens,
+    speculative,
+    tree_nodes,
+)
+from memsim.testing import examples
 
 # small enough for one chip of every device, the two together (Groq's 230 MB included)
 TINY_TARGET = memsim.Model(name="tiny-target", display_name="tiny target", layers=4, hidden=1024,
@@ -37,7 +44,7 @@ def test_tokens_tend_to_gamma_plus_one():
         assert closed_form_tokens(0.0, gamma) == 1.0
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(30))
 @given(st.floats(0.0, 1.0), st.integers(1, 10), st.integers(0, 1000))
 def test_monte_carlo_mean_is_within_three_standard_errors(rate, gamma, seed):
     """Three standard errors of the mean, from the closed-form distribution's variance."""

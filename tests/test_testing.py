@@ -338,8 +338,6 @@ def test_a_ragged_tile_off_by_one_is_caught_and_shrunk_to_one_element_past_a_til
 
 # Known gaps in the loader --------------------------------------------------------------------
 
-@pytest.mark.xfail(strict=True, reason="device.py accepts a policy that needs a spill tier on a "
-                   "device without one; emulate then fails with \"no tier None\"")
 def test_a_policy_that_needs_a_spill_tier_is_refused_at_load():
     with pytest.raises(memsim.ConfigError) as info:
         memsim.device("h100-sxm").with_overrides({"layout.policy": "tiered"})

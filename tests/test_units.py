@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from memsim.errors import ConfigError
+from memsim.testing import examples
 from memsim.units import DIMENSIONS, format_quantity, parse_quantity, units_of
 
 
@@ -223,7 +224,7 @@ quantities = st.sampled_from(DIMENSIONS).flatmap(
     lambda d: st.tuples(st.just(d), positive_floats(d), st.booleans()))
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300))
 @given(quantities)
 def test_round_trip_exact_with_17_digits(case):
     dimension, x, binary = case
@@ -231,7 +232,7 @@ def test_round_trip_exact_with_17_digits(case):
     assert parse(text, dimension) == x
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300))
 @given(quantities)
 def test_round_trip_default_digits(case):
     dimension, x, binary = case
@@ -239,7 +240,7 @@ def test_round_trip_default_digits(case):
     assert math.isclose(parse(text, dimension), x, rel_tol=5e-6 * (1 + 1e-9))
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300))
 @given(st.sampled_from(DIMENSIONS), st.integers(1, 999_999), st.integers(-8, 8))
 def test_short_decimals_round_trip_bit_exact(dimension, mantissa, exponent):
     # a value of <= 6 significant digits in its unit comes back bit for bit at the default digits
@@ -247,7 +248,7 @@ def test_short_decimals_round_trip_bit_exact(dimension, mantissa, exponent):
     assert parse(format_quantity(x, dimension), dimension) == x
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300))
 @given(st.sampled_from(["capacity", "bandwidth"]), st.integers(100, 102_399),
        st.integers(0, 6))
 def test_short_binary_values_round_trip_bit_exact(dimension, hundredths, power):
@@ -258,7 +259,7 @@ def test_short_binary_values_round_trip_bit_exact(dimension, hundredths, power):
     assert 1 <= float(text.split(" ")[0]) < 1024
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300))
 @given(st.sampled_from(["capacity", "bandwidth"]), st.floats(1e-3, 1e24), st.booleans(),
        st.integers(1, 17))
 def test_prefixes_never_mix(dimension, x, binary, digits):
@@ -279,7 +280,7 @@ LADDER_ENDS = {
 }
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300))
 @given(st.sampled_from(DIMENSIONS), st.floats(1e-18, 1e24), st.booleans(), st.integers(1, 17))
 def test_mantissa_in_range_inside_the_ladder(dimension, x, binary, digits):
     parts = format_quantity(x, dimension, binary=binary, digits=digits).split(" ")
@@ -296,7 +297,7 @@ def test_mantissa_in_range_inside_the_ladder(dimension, x, binary, digits):
         assert 1 <= number < step
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200))
 @given(st.integers(1, 9_000_000))
 def test_gib_and_gb_differ_by_exactly_the_binary_ratio(n):
     gib = parse(f"{n} GiB")
@@ -305,7 +306,7 @@ def test_gib_and_gb_differ_by_exactly_the_binary_ratio(n):
     assert Fraction(gib) / Fraction(gb) == Fraction(2**30, 10**9)
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100))
 @given(st.sampled_from(DIMENSIONS))
 def test_every_formatted_unit_parses_in_its_dimension(dimension):
     for x in (1e-15, 1e-9, 1e-3, 1.0, 1e3, 1e9, 1e15, 1e18):

@@ -6,12 +6,13 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import memsim
 from memsim.emulate import NO_ROUTES, Residency, SystemRun, run_step
 from memsim.plan import make_plan, plan_system
+from memsim.testing import examples
 from tests import reference
 
 FORMAT_NAMES = ["bf16", "fp8-e4m3", "int8", "int4-g32", "int4-g128", "nvfp4", "mxfp4", "q4_0",
@@ -90,7 +91,7 @@ def _with_big_memory(device: memsim.Device) -> memsim.Device:
     return device.with_overrides({f"tiers.{t.name}.capacity": "1 TB" for t in device.tiers[1:]})
 
 
-@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(100))
 @given(small_runs())
 def test_kernel_equals_reference_twin(run):
     device, model, workload = run
