@@ -194,3 +194,16 @@ def test_points_that_differ_in_timing_figures_reuse_one_plan_with_the_same_resul
         assert figures["time_per_token_s"] == pytest.approx(fresh.time_per_token, rel=1e-12)
         assert figures["bytes_read"] == fresh.bytes_read
     assert len(_PLANS) == 1
+
+
+def test_a_store_exports_to_a_dataframe_and_parquet(study_file, tmp_path):
+    """With the dataframe extra installed (memsim[dataframe])."""
+    pandas = pytest.importorskip("pandas")
+    pytest.importorskip("pyarrow")
+    store = tmp_path / "r.sqlite"
+    sweep(load_study(study_file), store)
+    with Store(store) as results:
+        frame = results.to_dataframe()
+        results.to_parquet(tmp_path / "r.parquet")
+    assert len(frame) == 19 and "figures.time_per_token_s" in frame.columns
+    assert len(pandas.read_parquet(tmp_path / "r.parquet")) == 19
