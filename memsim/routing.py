@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from memsim.errors import ConfigError
-from memsim.kernels import routing as kr
+from memsim.kernels import sampling as kr
 from memsim.model import Model
 
 

@@ -27,7 +27,7 @@ from memsim.device import Device
 from memsim.emulate import Residency, SystemRun, _resolve, emulate, offset_tensors, run_step
 from memsim.errors import CapacityError, ConfigError
 from memsim.formats import get_format
-from memsim.kernels import acceptance as mc
+from memsim.kernels import sampling as mc
 from memsim.kernels import step as k
 from memsim.model import Model, model as catalog_model
 from memsim.plan import SystemPlan, kv_row_bits, plan_system

@@ -1,9 +1,13 @@
-"""Mixture-of-experts routing, per token, seeded and deterministic.
+"""Seeded sampling kernels: which experts a step's tokens choose, and which drafted tokens a
+speculative-decoding iteration accepts.
 
-Each token of a step picks ``k`` distinct experts in every MoE layer by successive draws, each in
-proportion to the routing probabilities of the experts it has not picked yet (for equal
-probabilities: a uniform top-k). Kept apart from the decode walker so that an edit here leaves
-the walker's compiled cache alone.
+Every draw is a splitmix64 hash of (seed, counter), so results are deterministic for a seed and
+independent of the order of calls. Mixture-of-experts routing: each token picks ``k`` distinct
+experts per MoE layer by successive draws, each in proportion to the routing probabilities of the
+experts it has not picked yet (for equal probabilities, a uniform top-k). Acceptance: each
+sequence of a sampled iteration draws one Bernoulli per drafted position, in order, until the
+first rejection. Kept apart from the decode walker, so that an edit here leaves the walker's
+compiled cache alone (and this module's helpers beside the kernels that call them).
 """
 
 from __future__ import annotations
@@ -23,9 +27,14 @@ def _mix(x):
 
 
 @jit_inline
-def _uniform(seed, counter):
-    bits = _mix(np.uint64(seed) * np.uint64(0x9E3779B1) + np.uint64(counter))
+def _uniform(seed, counter, salt):
+    """A uniform double in [0, 1) from 53 bits of the mixed (seed, counter)."""
+    bits = _mix(np.uint64(seed) * np.uint64(salt) + np.uint64(counter))
     return float(bits >> np.uint64(11)) / 9007199254740992.0
+
+
+ROUTING_SALT = 0x9E3779B1
+ACCEPTANCE_SALT = 0x100000001B3
 
 
 @jit
@@ -42,7 +51,7 @@ def route_tokens(probs, k, tokens, seed, step, choices):
                 left += probs[layer, e]
             for j in range(k):
                 counter = ((step * layers + layer) * tokens + t) * k + j
-                target = _uniform(seed, counter) * left
+                target = _uniform(seed, counter, ROUTING_SALT) * left
                 chosen = -1
                 acc = 0.0
                 for e in range(experts):
@@ -83,3 +92,23 @@ def tally(choices, experts, groups, chips, out):
                 if chip != home and not seen[chip]:
                     seen[chip] = True
                     out[row, experts + home] += 1
+
+
+@jit
+def tokens_histogram(rates, draws, seed):
+    """Counts of tokens per sequence-iteration over ``draws`` draws: ``out[t]`` is how many
+    yielded ``t`` tokens (1 .. len(rates) + 1; ``out[0]`` stays 0)."""
+    gamma = rates.shape[0]
+    out = np.zeros(gamma + 2, dtype=np.int64)
+    counter = 0
+    for _ in range(draws):
+        accepted = 0
+        for position in range(gamma):
+            u = _uniform(seed, counter, ACCEPTANCE_SALT)
+            counter += 1
+            if u < rates[position]:
+                accepted += 1
+            else:
+                break
+        out[accepted + 1] += 1
+    return out
