@@ -14,6 +14,7 @@ from memsim.compare import compare, spill_cost
 from memsim.plan import Plan, SystemPlan, make_plan, plan_system
 from memsim.report import OpRow, Report, StepSummary
 from memsim.speculative import SpecReport, speculative
+from memsim.sweep import sweep
 from memsim.units import format_quantity, parse_quantity
 from memsim.workload import Decode
 
@@ -24,5 +25,5 @@ __all__ = [
     "Model", "OpRow", "Plan", "Report", "SpecReport", "StepSummary", "SystemPlan", "Tier",
     "__version__", "bytes_for", "capacity_table", "compare", "device", "device_names", "emulate",
     "fewest_chips", "format_quantity", "get_format", "load_device", "load_model", "make_plan",
-    "model", "model_names", "parse_quantity", "plan_system", "speculative", "spill_cost",
+    "model", "model_names", "parse_quantity", "plan_system", "speculative", "spill_cost", "sweep",
 ]

@@ -10,7 +10,7 @@ from __future__ import annotations
 import multiprocessing
 import sys
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from functools import lru_cache
@@ -19,7 +19,7 @@ from typing import Any, TextIO
 
 from memsim.errors import ConfigError
 from memsim.store import Store, write_rows
-from memsim.study import Point, Study
+from memsim.study import Point, Study, grid
 
 CHUNK_POINTS = 8
 
@@ -155,14 +155,18 @@ class Progress:
         self.stream.flush()
 
 
-def sweep(study: Study | Sequence[Point], store: str | Path = "results.sqlite", *,
-          jobs: int = 1, scheduler: str | None = None, progress: bool = False,
-          name: str | None = None) -> SweepResult:
+def sweep(study: Study | Sequence[Point] | Mapping[str, Any],
+          store: str | Path = "results.sqlite", *, jobs: int = 1, scheduler: str | None = None,
+          progress: bool = False, name: str | None = None) -> SweepResult:
     """Run every point of ``study`` the store lacks and write one row per point.
 
-    ``jobs`` local worker processes (1: in this process); ``scheduler`` ``"local"`` starts a
-    Dask LocalCluster of ``jobs`` workers, ``"tcp://HOST:PORT"`` uses a running Dask scheduler.
+    ``study`` is a Study, a list of points, or the keywords of :func:`memsim.study.grid`
+    (``{"device": [...], "model": "llama-3-70b", "batch": [1, 8]}``). ``jobs`` local worker
+    processes (1: in this process); ``scheduler`` ``"local"`` starts a Dask LocalCluster of
+    ``jobs`` workers, ``"tcp://HOST:PORT"`` uses a running Dask scheduler.
     """
+    if isinstance(study, Mapping):
+        study = list(grid(**study))
     if isinstance(study, Study):
         points, study_name = list(study.points), name or study.name
     else:

@@ -207,3 +207,9 @@ def test_a_store_exports_to_a_dataframe_and_parquet(study_file, tmp_path):
         results.to_parquet(tmp_path / "r.parquet")
     assert len(frame) == 19 and "figures.time_per_token_s" in frame.columns
     assert len(pandas.read_parquet(tmp_path / "r.parquet")) == 19
+
+
+def test_memsim_sweep_takes_a_grid_as_keywords(tmp_path):
+    result = memsim.sweep({"device": ["h100-sxm", "mi300x"], "model": "llama-3.2-1b",
+                           "batch": [1, 4]}, tmp_path / "g.sqlite")
+    assert result.points == result.computed == 4 and result.errors == 0
