@@ -4,12 +4,13 @@ that holds a model, emulated, with its time, energy and cost per token."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 from memsim.capacity import capacity_table, smallest_system
 from memsim.device import Device, device as catalog_device, device_names
-from memsim.emulate import run_system
+from memsim.emulate import emulate, run_system
 from memsim.model import Model
+from memsim.plan import plan_system
 from memsim.units import format_quantity
 from memsim.workload import Decode
 
@@ -114,19 +115,16 @@ class SpillCost:
 
 def spill_cost(dev: Device, model: Model, workload: Decode) -> SpillCost:
     """Emulate ``workload`` as placed, and again with the main tier grown to hold it all."""
-    from dataclasses import replace
-
-    from memsim.emulate import emulate
-    from memsim.plan import plan_system
-
     system = plan_system(dev, model, workload)
     held = [system.bytes_by_tier(kind) for kind in ("weight", "kv")]
     need = sum(sum(h.values()) for h in held) // system.chips
     main = dev.layout.weights
-    roomy = dev.with_overrides({f"tiers.{main}.capacity": f"{max(need, dev.tier(main).capacity)} B"})
+    capacity = max(need, dev.tier(main).capacity)
+    roomy = dev.with_overrides({f"tiers.{main}.capacity": f"{capacity} B"})
     baseline = emulate(roomy, model, replace(workload, placement=(), policy="auto"))
     report = run_system(system)
     return SpillCost(main_tier=main, time_per_token_s=report.time_per_token,
                      baseline_time_per_token_s=baseline.time_per_token,
-                     bytes_read=dict(report.bytes_read), baseline_bytes_read=dict(baseline.bytes_read),
+                     bytes_read=dict(report.bytes_read),
+                     baseline_bytes_read=dict(baseline.bytes_read),
                      baseline_capacity=roomy.tier(main).capacity)

@@ -17,9 +17,15 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, TextIO
 
+from memsim.cli import build_device
+from memsim.emulate import run_system
 from memsim.errors import ConfigError
+from memsim.model import model as catalog_model
+from memsim.plan import is_timing_path, plan_system, retarget
+from memsim.speculative import speculative
 from memsim.store import Store, write_rows
 from memsim.study import Point, Study, grid
+from memsim.workload import Decode
 
 CHUNK_POINTS = 8
 
@@ -44,14 +50,12 @@ class SweepResult:
 
 @lru_cache(maxsize=64)
 def _device(name: str, overrides: tuple[tuple[str, str], ...], add_tiers: tuple[str, ...]):
-    from memsim.cli import build_device
     return build_device(name, [f"{k}={v}" for k, v in overrides], list(add_tiers))
 
 
 @lru_cache(maxsize=32)
 def _model(name: str):
-    from memsim.model import model
-    return model(name)
+    return catalog_model(name)
 
 
 def figures_of(report: Any) -> dict[str, Any]:
@@ -77,8 +81,6 @@ PLAN_CACHE = 16
 def _plan(point: Point, dev: Any, mod: Any) -> Any:
     """The point's system plan; a plan made for a point that differs only in timing figures
     (bandwidths, latencies, energies, peaks) is reused with the figures swapped."""
-    from memsim.plan import is_timing_path, plan_system, retarget
-    from memsim.workload import Decode
     shape = (point.device, point.model, point.add_tiers, point.workload,
              tuple(kv for kv in point.overrides if not is_timing_path(kv[0])))
     cached = _PLANS.get(shape)
@@ -98,7 +100,6 @@ def evaluate(point: Point) -> tuple[str, dict[str, Any], dict[str, Any] | None, 
         dev = _device(point.device, point.overrides, point.add_tiers)
         mod = _model(point.model)
         if point.speculative:
-            from memsim.speculative import speculative
             spec = dict(point.speculative)
             draft = spec.pop("draft", None)
             gamma = spec.pop("gamma", 4)
@@ -111,7 +112,6 @@ def evaluate(point: Point) -> tuple[str, dict[str, Any], dict[str, Any] | None, 
             figures = {k: v for k, v in report.to_dict().items()
                        if k not in ("monte_carlo", "verify_time_by_bound")}
         else:
-            from memsim.emulate import run_system
             figures = figures_of(run_system(_plan(point, dev, mod)))
         error = None
     except ConfigError as exc:
