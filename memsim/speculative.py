@@ -24,14 +24,13 @@ from typing import Any
 import numpy as np
 
 from memsim.device import Device
-from memsim.emulate import Residency, SystemRun, _resolve, emulate, offset_tensors, run_step
+from memsim.emulate import Residency, SystemRun, _resolve, emulate, offset_tensors
 from memsim.errors import CapacityError, ConfigError
 from memsim.formats import get_format
 from memsim.kernels import sampling as mc
-from memsim.kernels import step as k
 from memsim.model import Model, model as catalog_model
 from memsim.plan import SystemPlan, kv_row_bits, plan_system
-from memsim.report import StepSummary, summarize
+from memsim.report import StepSummary
 from memsim.units import format_quantity
 from memsim.workload import Decode
 
@@ -414,33 +413,21 @@ def _check_shared_capacity(dev: Device, target: SystemPlan, draft: SystemPlan) -
 def _run_iterations(target: SystemPlan, draft: SystemPlan | None, shared: bool, gamma: int,
                     iterations: int) -> tuple[SystemRun, list[list[StepSummary]]]:
     """Alternate ``gamma`` draft steps and one verification step, ``iterations`` times."""
-    draft_plan = None
-    draft_residency = None
     residencies = None
+    draft_run = None
     if draft is not None:
-        draft_plan = draft.stages[0]
         if shared:
-            draft_plan = offset_tensors(draft_plan, len(target.stages[0].tensors))
+            plan = offset_tensors(draft.stages[0], len(target.stages[0].tensors))
             shared_tier = Residency.shared(target.stages[0], draft.stages[0])
             residencies = [shared_tier] + [Residency(p) for p in target.stages[1:]]
-            draft_residency = shared_tier
+            draft_run = SystemRun(dataclasses.replace(draft, stages=(plan,)), [shared_tier])
         else:
-            draft_residency = Residency(draft_plan)
+            draft_run = SystemRun(draft)
     run = SystemRun(target, residencies)
     draft_steps: list[list[StepSummary]] = []
-    if draft_plan is not None:
-        op_stage = np.zeros(draft_plan.n_ops, dtype=np.int64)
-        weight_ops = np.isin(draft_plan.op_int[:, k.C_KIND], (k.OP_EMBED, k.OP_NORM, k.OP_MATMUL))
     for iteration in range(iterations):
-        summaries = []
-        for j in range(gamma):
-            counts = run_step(draft_plan, draft_residency, iteration * gamma + j)
-            summaries.append(summarize(
-                counts, draft_plan.tier_names, tuple(float(e) for e in
-                                                     draft_plan.tier_energy_j_per_byte),
-                draft_plan.device.energy_j_per_flop, op_stage=op_stage,
-                op_micro=draft_plan.op_microbatch, weight_ops=weight_ops))
-        draft_steps.append(summaries)
+        draft_steps.append([draft_run.step(iteration * gamma + j) for j in range(gamma)]
+                           if draft_run else [])
         run.step(iteration)
     return run, draft_steps
 
