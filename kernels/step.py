@@ -491,6 +491,15 @@ def _column_segment(nt, part, k, n, tk, tn, k_tiles, elem_bits, group, meta_bits
                                           meta_bits, padded)
 
 
+@jit_inline
+def _keep_tail(lo, hi, bits, kept, cap):
+    """Walking a fill's segments from the newest, keep what of tiles [lo, hi) still fits:
+    returns the bits kept, the first tile kept and whether the capacity ran out here."""
+    if bits == 0 or kept + (hi - lo) * bits <= cap:
+        return kept + (hi - lo) * bits, lo, False
+    return kept, hi - (cap - kept) // bits, True
+
+
 @jit
 def _fill_streamed(tensor, n_tiles, total_bits, k, n, tk, tn, k_tiles, aligned, full_bits,
                    elem_bits, group, meta_bits, padded, tensor_meta_bits, a):
@@ -531,12 +540,8 @@ def _fill_streamed(tensor, n_tiles, total_bits, k, n, tk, tn, k_tiles, aligned, 
                                                group, meta_bits, padded, tensor_meta_bits)
                 if lo >= hi:
                     continue
-                if bits == 0 or kept + (hi - lo) * bits <= cap:
-                    kept += (hi - lo) * bits
-                    start = lo
-                else:
-                    start = hi - (cap - kept) // bits
-                    done = True
+                kept, start, done = _keep_tail(lo, hi, bits, kept, cap)
+                if done:
                     break
             if done:
                 break
@@ -574,12 +579,8 @@ def _fill_streamed_kv(tensor, streams, blocks, max_blocks, split_at, bits_lo, bi
                 if lo >= hi:
                     continue
                 start_stream = stream
-                if kept + (hi - lo) * bits <= cap:
-                    kept += (hi - lo) * bits
-                    start = lo
-                else:
-                    start = hi - (cap - kept) // bits
-                    done = True
+                kept, start, done = _keep_tail(lo, hi, bits, kept, cap)
+                if done:
                     break
             if done:
                 break
