@@ -10,6 +10,11 @@ Cycle model, per wave of work units spread over the cores: the wave takes the lo
 through each tier over that tier's sustained bandwidth and its slowest unit's operations over one
 core's share of the peak (so a partial last wave costs a full unit's compute time), plus the load
 latency of the farthest tier it touches (the first tile of each unit cannot be double buffered).
+A matmul unit's operations run on the matrix units with M padded to their row grain, weight
+dequantization overlapped on the vector units (separate pipes: Marlin, Frantar et al. 2024), or,
+where ``C_GEMV`` allows it, as a GEMV on the vector units with no padding (TRT-LLM's fpA_intB
+GEMV, llama.cpp's mmvq): the faster of the two. ``C_ACT_REUSE`` adjacent N tiles share one read
+of the activation chunk, which their core keeps staged in its own memory.
 Each op also pays the device's launch and synchronisation overhead. Time is split into the column
 of whatever bound it, so an op's ``bound by`` is the largest column.
 
@@ -73,12 +78,15 @@ C_STEP_TOKENS = 33  # embedding: tokens the whole batch looks up per step
 C_ROUTE = 34        # MoE: row of the step's route table this op reads (-1: not routed)
 C_ROUTE_COL = 35    # MoE: its column: the expert (its tokens are M), or a chip's sent rows
 C_LAUNCHES = 36     # launches the op pays (0 for an expert inside a fused MoE kernel)
-N_INT_COLS = 37
+C_GEMV = 37         # 1: a matmul may run as a GEMV on the vector units (no M padding)
+C_ACT_REUSE = 38    # N tiles of a matmul that read one staged activation chunk (a CTA's width)
+N_INT_COLS = 39
 
 # Columns of the float64 op table.
 F_PEAK = 0          # matrix operations/s the op runs at (whole chip)
 F_DEQUANT_OPS = 1   # vector operations per stored element to dequantize (0 when native)
-N_FLOAT_COLS = 2
+F_ACT_QUANT_OPS = 2  # vector operations per activation element to quantize it (0: 16-bit)
+N_FLOAT_COLS = 3
 
 # Columns of the per-op integer results.
 R_HITS = 0
@@ -615,6 +623,9 @@ def _matmul(op, m, op_int, op_float, n_cores, vector_rate, tier_bandwidth, tier_
     core_peak = op_float[op, F_PEAK] / n_cores
     core_vector = vector_rate / n_cores
     dequant_ops = op_float[op, F_DEQUANT_OPS]
+    gemv = op_int[op, C_GEMV] == 1
+    act_reuse = op_int[op, C_ACT_REUSE]
+    quant_ops = op_float[op, F_ACT_QUANT_OPS] * m * k
 
     n_tiles = (n + tn - 1) // tn
     k_tiles = (k + tk - 1) // tk
@@ -635,8 +646,9 @@ def _matmul(op, m, op_int, op_float, n_cores, vector_rate, tier_bandwidth, tier_
     hit_bits = 0
     miss_bits = 0
     t = 0
+    results[op, R_VECTOR_OPS] += np.int64(quant_ops)
     for w in range(waves):
-        slowest = 0.0
+        slowest = quant_ops / vector_rate if w == 0 else 0.0
         wave_on_chip = 0
         for u in range(w * n_cores, min(units, (w + 1) * n_cores)):
             nt = u // split
@@ -681,15 +693,19 @@ def _matmul(op, m, op_int, op_float, n_cores, vector_rate, tier_bandwidth, tier_
                 wave_on_chip += bits
                 t += 1
                 unit_elements += kk * nn
-            act = m * (min(k, kt1 * tk) - kt0 * tk)
+            if nt % act_reuse == 0:
+                act = m * (min(k, kt1 * tk) - kt0 * tk)
+                results[op, R_ACT_READ_BITS] += act * act_bits
+                wave_on_chip += act * act_bits
             out = m * nn * out_bits
-            results[op, R_ACT_READ_BITS] += act * act_bits
             results[op, R_ACT_WRITTEN_BITS] += out
-            wave_on_chip += act * act_bits + out
+            wave_on_chip += out
             results[op, R_FLOPS] += 2 * m * unit_elements
             vector_ops = dequant_ops * unit_elements
             results[op, R_VECTOR_OPS] += np.int64(vector_ops)
-            unit_s = 2.0 * m_charged * unit_elements / core_peak + vector_ops / core_vector
+            unit_s = max(2.0 * m_charged * unit_elements / core_peak, vector_ops / core_vector)
+            if gemv:
+                unit_s = min(unit_s, (2.0 * m * unit_elements + vector_ops) / core_vector)
             slowest = max(slowest, unit_s)
         if w == waves - 1 and split > 1:
             wave_on_chip += _split_reduction(op, m, n, n, split, act_bits, results)

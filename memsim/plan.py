@@ -30,11 +30,13 @@ from memsim.kernels import step as k
 from memsim.layout import (PlacementRule, Shard, balanced_stages, collective_steps,
                            default_homes, parse_placement, policies, shard, spill_tier)
 from memsim.model import Model
+from memsim.precision import FLOAT16_TYPES, matmul_path, runtime_type
 from memsim.routing import probabilities
 from memsim.units import format_quantity
 from memsim.workload import Decode
 
-TOKEN_ID_BITS = 32      # a sampled token id sent back to the first pipeline stage
+TOKEN_ID_BITS = 32
+GEMV_VENDORS = ("NVIDIA", "AMD", "Apple")      # a sampled token id sent back to the first pipeline stage
 
 
 @dataclass(frozen=True)
@@ -159,12 +161,31 @@ def kv_cache_bytes(model: Model, workload: Decode, tokens: int, granularity: int
     return seqs * heads * 2 * blocks * kv_block_bytes(row_bits, workload.kv_block, granularity)
 
 
-def _matmul_compute(device: Device, fmt: Format, act: Format) -> tuple[float, float]:
-    """Peak the matmul runs at and the vector ops per weight to dequantize (0 when native)."""
-    native = device.peak(fmt.compute)
-    if native is not None:
-        return native, 0.0
-    return device.peak(act.compute) or device.matrix_peak, float(max(fmt.dequant_ops, 1))
+def stream_format(workload: Decode) -> Format:
+    """The residual stream's type (norms, attention, collectives): the activations' when they are
+    a 16- or 32-bit float, else BF16 (quantized activations are a matmul's input only)."""
+    act = get_format(workload.activations)
+    return act if act.compute in FLOAT16_TYPES + ("fp32",) else get_format("bf16")
+
+
+def _stream_peak(device: Device, stream: Format) -> float:
+    return device.peak(runtime_type(device, stream.compute)[0]) or device.matrix_peak
+
+
+def small_batch_gemv(device: Device) -> bool:
+    """Whether small-M matmuls may run as GEMVs on the vector units instead of padding M.
+
+    GPU stacks ship GEMV kernels for decode (cuBLAS gemv under PyTorch at M = 1, TRT-LLM's
+    fpA_intB GEMV, Marlin, llama.cpp's mmvq, MLX's qmv on Apple GPUs); weight-stationary systolic
+    arrays (TPU MXU, Neuron tensor engine, Gaudi MME, Groq MXM) pay the padding for real.
+    """
+    return device.vendor in GEMV_VENDORS
+
+
+def act_reuse_tiles(device: Device, tile_n: int) -> int:
+    """N tiles of ``tile_n`` columns that one core computes from one staged activation chunk:
+    the matrix unit's widest output (a Hopper warpgroup MMA spans N = 256, PTX ISA)."""
+    return max(1, device.matrix_unit[1] // tile_n)
 
 
 # Tensors of one chip ----------------------------------------------------------------------
@@ -266,7 +287,7 @@ def _item_specs(model: Model, workload: Decode, sh: Shard, tile_n: int, final_to
     the routed ``experts`` (all of them unless given) and the shared ones."""
     experts = range(model.experts) if experts is None else experts
     wfmt = get_format(workload.weights)
-    act = get_format(workload.activations)
+    act = stream_format(workload)
     h, hd = model.hidden, model.head_dim
     row_bits = kv_row_bits(model, get_format(workload.kv))
     blocks = -(-final_tokens // workload.kv_block)
@@ -437,7 +458,8 @@ def _plan_stage(device: Device, model: Model, workload: Decode, policy: str, sh:
     """One stage's (or, under expert parallel, one chip's) tensors and op table."""
     wfmt = get_format(workload.weights)
     kvfmt = get_format(workload.kv)
-    act = get_format(workload.activations)
+    act = stream_format(workload)
+    path = matmul_path(device, wfmt, get_format(workload.activations))
     tile_k = workload.tile_k or device.tile_k
     tile_n = workload.tile_n or device.tile_n
     tiers = device.tiers
@@ -446,9 +468,9 @@ def _plan_stage(device: Device, model: Model, workload: Decode, policy: str, sh:
     m_rows = mb * workload.new_tokens
     final_tokens = workload.context + workload.steps * workload.new_tokens
     row_bits = kv_row_bits(model, kvfmt)
-    weight_peak, weight_dequant = _matmul_compute(device, wfmt, act)
-    act_peak = device.peak(act.compute) or device.matrix_peak
-    kv_dequant = 0.0 if kvfmt.compute == act.compute else float(max(kvfmt.dequant_ops, 1))
+    act_peak = _stream_peak(device, act)
+    kv_dequant = (0.0 if runtime_type(device, kvfmt.compute)[0]
+                  == runtime_type(device, act.compute)[0] else float(max(kvfmt.dequant_ops, 1)))
     link = device.link
     steps_per_pass = collective_steps(link.topology, sh.tp) if link else 0
 
@@ -481,7 +503,7 @@ def _plan_stage(device: Device, model: Model, workload: Decode, policy: str, sh:
     _check_capacity(device, model, workload, tensors, stage, stages)
 
     rows: list[list[int]] = []
-    floats: list[tuple[float, float]] = []
+    floats: list[tuple[float, float, float]] = []
     op_names: list[str] = []
     op_micro: list[int] = []
     micro = 0
@@ -496,13 +518,16 @@ def _plan_stage(device: Device, model: Model, workload: Decode, policy: str, sh:
                           (k.C_KV_MAX_BLOCKS, -(-final_tokens // workload.kv_block)),
                           (k.C_ROWS_HERE, sh.vocab_rows), (k.C_LINK_STEPS, steps_per_pass),
                           (k.C_STEP_TOKENS, step_tokens or workload.batch * workload.new_tokens),
-                          (k.C_ROUTE, -1), (k.C_LAUNCHES, 1)):
+                          (k.C_ROUTE, -1), (k.C_LAUNCHES, 1),
+                          (k.C_GEMV, int(small_batch_gemv(device))),
+                          (k.C_ACT_REUSE, act_reuse_tiles(device, tile_n))):
         template[column] = value
     format_params: dict[tuple[str, int], tuple[int, ...]] = {}
 
     def add_op(name: str, kind: int, layer: int, tensor: int, fmt: Format, *, m: int = 0,
                kk: int = 0, n: int = 0, peak: float = 0.0, dequant: float = 0.0,
-               chips: int = 0, passes: int = 0, act_bits: int = act.element_bits) -> list[int]:
+               act_quant: float = 0.0, chips: int = 0, passes: int = 0,
+               act_bits: int = act.element_bits) -> list[int]:
         row = template.copy()
         row[k.C_KIND] = kind
         row[k.C_LAYER] = layer
@@ -526,7 +551,7 @@ def _plan_stage(device: Device, model: Model, workload: Decode, policy: str, sh:
         row[k.C_PASSES] = passes
         row[k.C_TOKEN_BASE] = token_base + micro * m_rows
         rows.append(row)
-        floats.append((peak, dequant))
+        floats.append((peak, dequant, act_quant))
         op_names.append(name)
         op_micro.append(micro)
         return row
@@ -535,7 +560,9 @@ def _plan_stage(device: Device, model: Model, workload: Decode, policy: str, sh:
                rows: int = 0) -> list[int]:
         return add_op(name, k.OP_MATMUL, layer,
                index[tensor or (f"{name}.{layer}" if layer >= 0 else name)], wfmt,
-               m=rows or m_rows, kk=kk, n=n, peak=weight_peak, dequant=weight_dequant)
+               m=rows or m_rows, kk=kk, n=n, peak=path.peak_ops_per_s,
+               dequant=path.dequant_ops_per_weight, act_quant=path.act_quant_ops_per_element,
+               act_bits=matmul_act_bits)
 
     def norm(name: str, layer: int) -> None:
         add_op(name, k.OP_NORM, layer, index[f"{name}.{layer}" if layer >= 0 else name], act,
@@ -546,6 +573,8 @@ def _plan_stage(device: Device, model: Model, workload: Decode, policy: str, sh:
             add_op(name, k.OP_COLLECTIVE, layer, -1, act, m=m_rows, kk=width, chips=sh.tp,
                    passes=passes)
 
+    matmul_act_bits = (get_format(workload.activations).element_bits
+                       if path.act_quant_ops_per_element else act.element_bits)
     h, hd = model.hidden, model.head_dim
     a2a_steps = collective_steps(link.topology, workload.ep) if link else 0
 
@@ -807,16 +836,15 @@ def is_timing_path(path: str) -> bool:
 def retarget(system: SystemPlan, device: Device) -> SystemPlan:
     """The same plan on a device that differs from the plan's only in timing figures."""
     workload = system.workload
-    wfmt, act = get_format(workload.weights), get_format(workload.activations)
-    weight_peak, weight_dequant = _matmul_compute(device, wfmt, act)
-    act_peak = device.peak(act.compute) or device.matrix_peak
+    path = matmul_path(device, get_format(workload.weights), get_format(workload.activations))
+    act_peak = _stream_peak(device, stream_format(workload))
     tiers, link = device.tiers, device.link
     stages = []
     for plan in system.stages:
         op_float = plan.op_float.copy()
         kinds = plan.op_int[:, k.C_KIND]
-        op_float[kinds == k.OP_MATMUL, k.F_PEAK] = weight_peak
-        op_float[kinds == k.OP_MATMUL, k.F_DEQUANT_OPS] = weight_dequant
+        op_float[kinds == k.OP_MATMUL, k.F_PEAK] = path.peak_ops_per_s
+        op_float[kinds == k.OP_MATMUL, k.F_DEQUANT_OPS] = path.dequant_ops_per_weight
         op_float[kinds == k.OP_ATTENTION, k.F_PEAK] = act_peak
         stages.append(dataclasses.replace(
             plan, device=device, op_float=op_float,

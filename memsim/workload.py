@@ -12,6 +12,24 @@ from memsim.formats import get_format
 from memsim.routing import parse_routing
 
 RESIDENCY_POLICIES = ("auto", "lru", "pinned")
+ACTIVATION_FORMATS = ("bf16", "fp16", "fp32", "fp8-e4m3", "fp8-e5m2", "nvfp4", "mxfp8")
+
+
+def usual_activations(weights: str) -> str:
+    """The activation type a checkpoint of ``weights`` usually runs with.
+
+    FP8 checkpoints (NVIDIA ModelOpt / llm-compressor FP8) quantize activations to FP8 E4M3 per
+    tensor; NVFP4 checkpoints (ModelOpt NVFP4) quantize them to NVFP4; MXFP8 runs MXFP8 x MXFP8;
+    every integer format (int8, int4-gN, llama.cpp's) is weight-only and keeps 16-bit activations.
+    """
+    compute = get_format(weights, field="weights").compute
+    if compute == "fp8":
+        return "mxfp8" if weights == "mxfp8" else "fp8-e4m3"
+    if weights == "nvfp4":
+        return "nvfp4"
+    if compute in ("fp16", "fp32"):
+        return compute
+    return "bf16"
 POLICY_CHOICES = ("auto", "hbm-centric", "sram-resident", "hybrid", "tiered", "weight-streaming")
 
 
@@ -28,7 +46,11 @@ class Decode:
     ----------
     batch : sequences decoded together.
     context : tokens already in each sequence's KV cache when the first emulated step starts.
-    weights, kv, activations : storage formats (see ``memsim formats``).
+    weights, kv : storage formats (see ``memsim formats``).
+    activations : the type matmuls take their activations in: ``auto`` takes the weights'
+        usual one (:func:`usual_activations`: FP8 checkpoints run W8A8, NVFP4 W4A4, integer
+        weight-only formats W4A16/W8A16); a quantized type quantizes each matmul's input, while
+        norms, attention and collectives stay in BF16.
     steps : consecutive decode steps emulated; the first is cold, the last is the warm steady state.
     new_tokens : tokens each sequence adds per step (1 for plain decode; gamma + 1 when a
         speculative verification step checks gamma drafted tokens).
@@ -61,7 +83,7 @@ class Decode:
     context: int = 4096
     weights: str = "bf16"
     kv: str = "bf16"
-    activations: str = "bf16"
+    activations: str = "auto"
     steps: int = 2
     new_tokens: int = 1
     kv_block: int = 16
@@ -88,11 +110,13 @@ class Decode:
         for name in ("tile_k", "tile_n"):
             if getattr(self, name) is not None:
                 _positive_int(getattr(self, name), name)
+        if self.activations == "auto":
+            object.__setattr__(self, "activations", usual_activations(self.weights))
         for name in ("weights", "kv", "activations"):
             get_format(getattr(self, name), field=name)
-        if get_format(self.activations).group is not None:
-            raise ConfigError(f"activations need a plain floating type such as bf16, got "
-                              f"{self.activations!r}", field="activations")
+        if get_format(self.activations).name not in ACTIVATION_FORMATS:
+            raise ConfigError(f"expected activations in one of {', '.join(ACTIVATION_FORMATS)} "
+                              f"or 'auto', got {self.activations!r}", field="activations")
         if self.residency not in RESIDENCY_POLICIES:
             raise ConfigError(f"expected one of {', '.join(RESIDENCY_POLICIES)}, got "
                               f"{self.residency!r}", field="residency")

@@ -101,7 +101,7 @@ def run_step(plan: Plan, state: ReferenceState, step: int, routes=None) -> dict:
 
     for op in range(n_ops):
         row = [int(x) for x in plan.op_int[op]]
-        peak, dequant = (float(x) for x in plan.op_float[op])
+        peak, dequant, act_quant = (float(x) for x in plan.op_float[op])
         kind, tensor, pinned = row[k.C_KIND], row[k.C_TENSOR], row[k.C_PINNED]
         act_bits = row[k.C_ACT_BITS]
         counters = out["ops"][op]
@@ -165,9 +165,11 @@ def run_step(plan: Plan, state: ReferenceState, step: int, routes=None) -> dict:
             n_tiles, k_tiles = _ceil(n, tn), _ceil(kdim, tk)
             split, per_unit, units, waves = work_units(n_tiles, k_tiles, cores)
             out_bits = k.PARTIAL_SUM_BITS if split > 1 else act_bits
+            quant_ops = act_quant * m * kdim
+            counters["vector_ops"] += int(quant_ops)
             index = 0
             for w in range(waves):
-                slowest = 0.0
+                slowest = quant_ops / dev.vector_ops_per_s if w == 0 else 0.0
                 for u in range(w * cores, min(units, (w + 1) * cores)):
                     nt, kt0 = u // split, (u % split) * per_unit
                     kt1 = min(k_tiles, kt0 + per_unit)
@@ -183,14 +185,20 @@ def run_step(plan: Plan, state: ReferenceState, step: int, routes=None) -> dict:
                         index += 1
                         elements += kk * nn
                     covered = min(kdim, kt1 * tk) - kt0 * tk
-                    counters["act_read_bits"] += m * covered * act_bits
+                    if nt % row[k.C_ACT_REUSE] == 0:      # the activation chunk is staged
+                        counters["act_read_bits"] += m * covered * act_bits
+                        wave[0] += m * covered * act_bits
                     counters["act_written_bits"] += m * nn * out_bits
-                    wave[0] += m * covered * act_bits + m * nn * out_bits
+                    wave[0] += m * nn * out_bits
                     counters["flops"] += 2 * m * elements
                     vector_ops = dequant * elements
                     counters["vector_ops"] += int(vector_ops)
-                    slowest = max(slowest, 2.0 * padded_rows(m) * elements / (peak / cores)
-                                  + vector_ops / (dev.vector_ops_per_s / cores))
+                    core_vector = dev.vector_ops_per_s / cores
+                    unit_s = max(2.0 * padded_rows(m) * elements / (peak / cores),
+                                 vector_ops / core_vector)
+                    if row[k.C_GEMV]:
+                        unit_s = min(unit_s, (2.0 * m * elements + vector_ops) / core_vector)
+                    slowest = max(slowest, unit_s)
                 if w == waves - 1 and split > 1:
                     wave[0] += split_reduction(counters, m, n, n, split, act_bits)
                 close_wave(slowest)

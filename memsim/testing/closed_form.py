@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from memsim.device import Device
 from memsim.formats import Format, bytes_for, get_format
 from memsim.model import Model
-from memsim.plan import plan_system
+from memsim.plan import plan_system, stream_format
 from memsim.report import Report
 from memsim.testing.invariants import fail
 from memsim.workload import Decode
@@ -63,8 +63,8 @@ def streamed_bytes(device: Device, model: Model, workload: Decode, *,
         raise ValueError(f"the closed form covers one chip per stage, got tp={workload.tp}, "
                          f"ep={workload.ep}")
     step = workload.steps - 1 if step < 0 else step
-    wfmt, act, kvfmt = (get_format(f) for f in (workload.weights, workload.activations,
-                                                 workload.kv))
+    wfmt, kvfmt = get_format(workload.weights), get_format(workload.kv)
+    act = stream_format(workload)     # norms are stored in the residual stream's type
     h, hd, micro = model.hidden, model.head_dim, workload.microbatches
     rows = workload.microbatch * workload.new_tokens
     read: Counter[str] = Counter()
