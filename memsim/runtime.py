@@ -37,8 +37,7 @@ from memsim.units import format_quantity, parse_quantity
 __all__ = ["Runtime", "Fusion", "Collective", "CustomAllReduce", "Speculative",
            "CollectiveLibrary", "CollectiveTime", "runtime", "load_runtime", "parse_runtime",
            "runtime_names", "collective_library", "collective_library_names", "collective_time",
-           "collective_candidates",
-           "describe", "LINK_KINDS", "COLLECTIVE_KINDS", "LIBRARIES"]
+           "collective_candidates", "describe", "LINK_KINDS", "COLLECTIVE_KINDS", "LIBRARIES"]
 
 LIBRARIES = ("nccl", "rccl", "xla", "neuron", "none")
 ALGORITHMS = ("auto", "ring", "tree")
@@ -638,7 +637,7 @@ def _steps(kind: str, chips: int) -> int:
 def _tuned_times(library: CollectiveLibrary, algorithm: str, kind: str, message_bytes: int,
                  chips: int, link_kind: str, bandwidth: float, link_latency_s: float,
                  generation: str | None) -> list[CollectiveTime]:
-    """NCCL's cost table: every enabled (algorithm, protocol), as ``ncclTopoTuneModel`` builds it."""
+    """NCCL's cost table: every enabled (algorithm, protocol), as ncclTopoTuneModel builds it."""
     network = link_kind in _NETWORK_LINKS
     row = _HW_ROW[link_kind]
     level = "network" if network else "intra"
