@@ -1,0 +1,1 @@
+"""The collective libraries' time models as data: one TOML file per library."""
