@@ -13,6 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import memsim
 from memsim import ConfigError, Model, bytes_for, get_format, model
 from memsim.checkpoints import (MIXTURES, NORM_ROLES, ROLE_GROUPS, ROLES, WeightFormats,
                                 usual_activations, weight_formats)
@@ -402,3 +403,21 @@ def test_weight_formats_is_frozen_and_hashable():
     with pytest.raises(AttributeError):
         wf.base = "bf16"                                     # type: ignore[misc]
     assert {wf: 1}[WeightFormats("q4_k_m", False, (("lm_head", "bf16"),))] == 1
+
+
+@pytest.mark.parametrize("fmt", ["q4_k", "q5_k", "q6_k"])
+def test_walker_reads_exactly_the_k_quant_storage(fmt):
+    """With no on-chip reuse every decoder matmul reads its K-quant super-blocks exactly (the
+    walker's byte count from ``kernel_params``, against ``bytes_for``)."""
+    m = memsim.model("llama-3.2-1b")
+    dev = memsim.device("h100-sxm").with_overrides({"tiers.sram.capacity": "1 KiB"})
+    report = memsim.emulate(dev, m, batch=1, context=100, weights=fmt)
+    shapes = {"qkv": ((m.heads + 2 * m.kv_heads) * m.head_dim, m.hidden),
+              "o_proj": (m.hidden, m.heads * m.head_dim),
+              "gate": (m.ffn, m.hidden), "up": (m.ffn, m.hidden), "down": (m.hidden, m.ffn)}
+    rows = [row for row in report.ops if row.name in shapes]
+    assert len(rows) == 5 * m.layers
+    for row in rows:
+        assert row.bytes_read["hbm"] == bytes_for(shapes[row.name], fmt), row
+    block = {"q4_k": 144, "q5_k": 176, "q6_k": 210}[fmt]
+    assert bytes_for(shapes["down"], fmt) == m.hidden * (m.ffn // 256) * block
