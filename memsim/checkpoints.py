@@ -65,9 +65,11 @@ llama.cpp quantizer: ggml-org/llama.cpp ``src/llama-quant.cpp`` at commit
 ``src/llama-model-loader.h``), so the attn_v counter is the layer index [V].
 llama.cpp converter: ``convert_hf_to_gguf.py`` stores norms, 1-D tensors and ``ffn_gate_inp``
 (the MoE router) in F32 [V].
-Check: the Llama 3.1 8B Q4_K_M file loads as "type q4_K: 193 tensors, type q6_K: 33 tensors",
-"model buffer size = 4685.30 MiB (4.89 BPW)" (llama.cpp load logs quoted in public issues) [V];
-:func:`memsim.checkpoints` reproduces both (tests/test_weight_formats.py).
+Check: llama.cpp loads Meta-Llama-3.1-8B-Instruct-Q4_K_M.gguf as "type q4_K: 193 tensors,
+type q6_K: 33 tensors", "file size = 4.58 GiB (4.89 BPW)" (Ollama server logs quoted on GitHub)
+and "CPU_Mapped model buffer size = 4685.30 MiB" (an ik_llama.cpp discussion, 2025-05-20) [V];
+bartowski/Meta-Llama-3-8B-Instruct-GGUF lists the file at 4.92 GB [V]. The per-tensor types
+here reproduce the counts and the 4685.30 MiB exactly (tests/test_weight_formats.py).
 GPTQ/AWQ: AutoGPTQ/GPTQModel and AutoAWQ quantize the ``nn.Linear`` layers of the decoder
 blocks; ``embed_tokens`` is an ``nn.Embedding`` and ``lm_head`` is left out by default, both
 stored in the checkpoint's 16-bit dtype (fp16 or bf16: the same bytes) [V/D].
@@ -206,6 +208,24 @@ class WeightFormats:
     base: str
     uniform: bool = False
     overrides: tuple[tuple[str, str], ...] = ()
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.uniform, bool):
+            raise ConfigError(f"uniform must be True or False, got {self.uniform!r}",
+                              field="weights")
+        base, _ = _base((UNIFORM_PREFIX if self.uniform else "") + str(self.base), "weights",
+                        None)
+        if base != self.base:
+            raise ConfigError(f"expected a format or mixture name, got {self.base!r}",
+                              field="weights")
+        pairs = tuple((str(role), str(name)) for role, name in self.overrides)
+        roles = [role for role, _ in pairs]
+        if roles != [role for role in ROLES if role in roles]:
+            raise ConfigError(f"overrides must be (role, format) pairs, one per role of "
+                              f"{', '.join(ROLES)}, in that order; got {roles}", field="weights")
+        for role, name in pairs:
+            _check_format_name(name, f"weights.{role}", None)
+        object.__setattr__(self, "overrides", pairs)
 
     @property
     def name(self) -> str:

@@ -421,3 +421,18 @@ def test_walker_reads_exactly_the_k_quant_storage(fmt):
         assert row.bytes_read["hbm"] == bytes_for(shapes[row.name], fmt), row
     block = {"q4_k": 144, "q5_k": 176, "q6_k": 210}[fmt]
     assert bytes_for(shapes["down"], fmt) == m.hidden * (m.ffn // 256) * block
+
+
+@pytest.mark.parametrize("args", [("bogus",), ("q4_k_m", True), ("int4-g128", 1),
+                                  ("bf16", False, (("lm_head", "bf16"), ("embedding", "bf16"))),
+                                  ("bf16", False, (("lm_head", "bf17"),)),
+                                  ("bf16", False, (("norm", "bf16"),))])
+def test_direct_construction_is_validated(args):
+    with pytest.raises(ConfigError):
+        WeightFormats(*args)
+
+
+def test_direct_construction_keeps_pairs_hashable():
+    wf = WeightFormats("int4-g128", False, [["embedding", "bf16"]])    # type: ignore[list-item]
+    assert wf.overrides == (("embedding", "bf16"),)
+    assert hash(wf) == hash(weight_formats("int4-g128,embed=bf16"))
