@@ -6,6 +6,26 @@ run (a linear layer's weight is ``(out_features, in_features)``; a KV cache row 
 are exact: a group format stores ``ceil(K / group)`` groups per row, each with its metadata; a
 block format (``block_padded``) stores a ragged last block whole, padded, as llama.cpp and the OCP
 MX formats do; per-tensor metadata (a global scale) is stored once.
+
+llama.cpp's K-quants are block formats of 256-weight super-blocks whose metadata (the super-block
+scales and the packed 6- or 8-bit sub-block scales) is counted as the block's metadata, so that
+``element_bits * 256 + group_meta_bits`` is the C struct's size in bits:
+
+=====  ===================================================  =====  ==========
+name   block (ggml-common.h, QK_K = 256)                    bytes  bits/weight
+=====  ===================================================  =====  ==========
+q4_k   d, dmin (fp16) + scales[12] + qs[128]                144    4.5
+q5_k   d, dmin (fp16) + scales[12] + qh[32] + qs[128]       176    5.5
+q6_k   ql[128] + qh[64] + scales[16] (int8) + d (fp16)      210    6.5625
+q5_0   d (fp16) + qh[4] + qs[16], 32 weights                22     5.5
+q5_1   d, m (fp16) + qh[4] + qs[16], 32 weights             24     6
+=====  ===================================================  =====  ==========
+
+Source: ggml-org/llama.cpp ``ggml/src/ggml-common.h`` at commit
+01243c587feceaa5d6a6c2305535ef2f549c48b8 (the ``static_assert`` on each struct's size) [V].
+llama.cpp's quantizer never writes a ragged super-block: a tensor whose rows its block does not
+divide falls back to another type (see :mod:`memsim.checkpoints`); the padded cost here is what a
+ragged block would cost if one were stored.
 """
 
 from __future__ import annotations
@@ -101,6 +121,11 @@ def _fixed(name: str, bits: int, compute: str, description: str, *, tensor_meta_
                   description, source)
 
 
+#: Largest quantization group a format name may ask for (``int4-gN``): 2**20 elements, far above
+#: any published checkpoint (GPTQ/AWQ use 32 to 128, or one group per row).
+MAX_GROUP = 2**20
+
+
 def _int4_group(group: int) -> Format:
     return Format(
         f"int4-g{group}", 4, group, 16 + 4, False, 0, "int4", 3,
@@ -140,6 +165,27 @@ _BUILTIN = (
     Format("q4_0", 4, 32, 16, True, 0, "int4", 3,
            "llama.cpp Q4_0: blocks of 32 4-bit values with an FP16 scale (18 B per block)",
            "ggml-common.h block_q4_0 [V]"),
+    # 5- and 6-bit values have no matrix unit of their own: their compute class is int8, the
+    # type llama.cpp's int8 kernels (mmq/mmvq) unpack them to. Dequantization operations per
+    # element: unpack, merge the high bits, subtract the offset or minimum, scale [D].
+    Format("q5_0", 5, 32, 16, True, 0, "int8", 4,
+           "llama.cpp Q5_0: blocks of 32 5-bit values (4 low bits + 1 high bit) with an FP16 "
+           "scale (22 B per block)", "ggml-common.h block_q5_0 [V]"),
+    Format("q5_1", 5, 32, 32, True, 0, "int8", 4,
+           "llama.cpp Q5_1: blocks of 32 5-bit values with an FP16 scale and minimum (24 B per "
+           "block)", "ggml-common.h block_q5_1 [V]"),
+    Format("q4_k", 4, 256, 16 * 8, True, 0, "int4", 3,
+           "llama.cpp Q4_K: super-blocks of 256 4-bit values in 8 blocks of 32, 6-bit scales and "
+           "minimums, FP16 super-scale and super-minimum (144 B per super-block)",
+           "ggml-common.h block_q4_K (static_assert 2*2 + 12 + 128 = 144 B) [V]"),
+    Format("q5_k", 5, 256, 16 * 8, True, 0, "int8", 4,
+           "llama.cpp Q5_K: super-blocks of 256 5-bit values in 8 blocks of 32, 6-bit scales and "
+           "minimums, FP16 super-scale and super-minimum (176 B per super-block)",
+           "ggml-common.h block_q5_K (static_assert 2*2 + 12 + 128 + 32 = 176 B) [V]"),
+    Format("q6_k", 6, 256, 18 * 8, True, 0, "int8", 4,
+           "llama.cpp Q6_K: super-blocks of 256 6-bit values in 16 blocks of 16, int8 scales, "
+           "FP16 super-scale (210 B per super-block)",
+           "ggml-common.h block_q6_K (static_assert 2 + 16 + 3*256/4 = 210 B) [V]"),
 )
 
 FORMATS: dict[str, Format] = {f.name: f for f in _BUILTIN}
@@ -150,18 +196,25 @@ _INT4_GROUP = re.compile(r"int4-g([1-9][0-9]*)")
 
 
 def get_format(name: str, *, field: str = "format", file: str | None = None) -> Format:
-    """Look up a format by name; ``int4-gN`` works for any group size N >= 8."""
+    """Look up a format by name; ``int4-gN`` works for any group size 8 <= N <= ``MAX_GROUP``."""
     if isinstance(name, Format):
         return name
     if isinstance(name, str):
         if name in FORMATS:
             return FORMATS[name]
         match = _INT4_GROUP.fullmatch(name)
-        if match and int(match.group(1)) >= 8:
-            return _int4_group(int(match.group(1)))
+        if match:
+            digits = match.group(1)
+            # compare the digit count first: int() of a 5,000-digit string is itself an error
+            if len(digits) > len(str(MAX_GROUP)) or int(digits) > MAX_GROUP:
+                raise ConfigError(f"group size of {name[:40]!r} is out of range: int4-gN needs "
+                                  f"8 <= N <= {MAX_GROUP} (2**20)", file=file, field=field)
+            if int(digits) >= 8:
+                return _int4_group(int(digits))
     known = ", ".join(sorted(FORMATS))
-    raise ConfigError(f"unknown format {name!r}; expected one of {known} (or int4-gN, N >= 8)",
-                      file=file, field=field)
+    shown = repr(name) if not isinstance(name, str) or len(name) <= 60 else repr(name[:60] + "...")
+    raise ConfigError(f"unknown format {shown}; expected one of {known} (or int4-gN, "
+                      f"8 <= N <= {MAX_GROUP})", file=file, field=field)
 
 
 def bytes_for(shape: Sequence[int], fmt: str | Format) -> int:

@@ -37,6 +37,13 @@ SPEC: dict[str, tuple[int, int | None, int, bool, int]] = {
     "mxfp4": (4, 32, 8, True, 0),               # E8M0 scale per 32
     "q8_0": (8, 32, 16, True, 0),               # 34 B per block of 32
     "q4_0": (4, 32, 16, True, 0),               # 18 B per block of 32
+    "q5_0": (5, 32, 16, True, 0),               # 22 B per block of 32: d + qh[4] + qs[16]
+    "q5_1": (5, 32, 32, True, 0),               # 24 B per block of 32: d, m + qh[4] + qs[16]
+    # K-quants, 256 weights per super-block (ggml-common.h, QK_K = 256); the metadata is
+    # everything in the struct but the packed values
+    "q4_k": (4, 256, (144 - 128) * 8, True, 0),  # d, dmin + scales[12] + qs[128] = 144 B
+    "q5_k": (5, 256, (176 - 160) * 8, True, 0),  # d, dmin + scales[12] + qh[32] + qs[128]
+    "q6_k": (6, 256, (210 - 192) * 8, True, 0),  # ql[128] + qh[64] + scales[16] + d = 210 B
 }
 
 NAMES = sorted(SPEC)
@@ -87,6 +94,11 @@ SQUARE_CASES = [
     ("mxfp4", E // 2 + E // 32),
     ("q8_0", E // 32 * 34),
     ("q4_0", E // 32 * 18),
+    ("q5_0", E // 32 * 22),
+    ("q5_1", E // 32 * 24),
+    ("q4_k", E // 256 * 144),
+    ("q5_k", E // 256 * 176),
+    ("q6_k", E // 256 * 210),
 ]
 
 
@@ -118,6 +130,15 @@ def test_int4_g128_ragged_k130():
     # an odd total of nibbles rounds up to a whole byte
     assert bytes_for((1, 129), "int4-g128") == math.ceil((129 * 4 + 2 * 20) / 8) == 70
     assert bytes_for((1, 131), "int4-g128") == math.ceil((131 * 4 + 2 * 20) / 8) == 71
+
+
+@pytest.mark.parametrize(("name", "block_bytes"), [("q4_k", 144), ("q5_k", 176), ("q6_k", 210)])
+def test_k_quant_ragged_last_super_block_is_stored_whole(name, block_bytes):
+    assert bytes_for((1, 256), name) == block_bytes
+    assert bytes_for((1, 257), name) == 2 * block_bytes
+    assert bytes_for((3, 100), name) == 3 * block_bytes
+    assert bytes_for((7, 4096 + 1), name) == 7 * 17 * block_bytes
+    assert bytes_for((7, 4096 + 1), name) > bytes_for((7, 4096), name)
 
 
 def test_q4_0_ragged_k33_stores_two_whole_blocks():
@@ -158,6 +179,11 @@ def test_empty_tensor_costs_nothing():
     ("mxfp8", 8.25),
     ("q8_0", 8.5),
     ("q4_0", 4.5),
+    ("q5_0", 5.5),
+    ("q5_1", 6),
+    ("q4_k", 4.5),
+    ("q5_k", 5.5),
+    ("q6_k", 6.5625),
     ("bf16", 16),
     ("fp16", 16),
     ("fp32", 32),
@@ -197,6 +223,10 @@ def test_bits_per_element_counts_a_padded_block():
     ("mxfp4", 4096, (4, 32, 8, 1, 0)),
     ("q8_0", 4096, (8, 32, 16, 1, 0)),
     ("q4_0", 4096, (4, 32, 16, 1, 0)),
+    ("q4_k", 4096, (4, 256, 128, 1, 0)),
+    ("q5_k", 4096, (5, 256, 128, 1, 0)),
+    ("q6_k", 4096, (6, 256, 144, 1, 0)),
+    ("q6_k", 100, (6, 256, 144, 1, 0)),
 ])
 def test_kernel_params(name, k, expected):
     params = get_format(name).kernel_params(k)
@@ -273,7 +303,7 @@ def test_int4_any_group_size(n, rows, k):
 # --- bad input --------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("name", ["int5", "INT8", "bf-16", "int4-g7", "int4-g0", "int4-g", "",
-                                  "int4-g0128", "nvfp4 "])
+                                  "int4-g0128", "nvfp4 ", "Q4_K", "q4_k_m", "q4_K"])
 def test_unknown_format(name):
     with pytest.raises(ConfigError) as info:
         bytes_for((4, 4), name)
@@ -301,3 +331,24 @@ def test_bad_shape(shape):
     with pytest.raises(ConfigError) as info:
         bytes_for(shape, "bf16")
     assert info.value.field == "shape"
+
+
+@pytest.mark.parametrize("name", ["int4-g99999999999999999999", "int4-g1048577",
+                                  "int4-g" + "9" * 5000, "int4-g18446744073709551616"])
+def test_group_beyond_the_bound_names_the_field_and_the_limit(name):
+    with pytest.raises(ConfigError) as info:
+        get_format(name, field="weights")
+    assert info.value.field == "weights"
+    assert "1048576" in str(info.value) and "2**20" in str(info.value)
+    assert len(str(info.value)) < 200                  # one line, the name cut short
+
+
+def test_group_at_the_bound_is_a_format():
+    fmt = get_format("int4-g1048576")
+    assert fmt.group == 2**20 == memsim.formats.MAX_GROUP
+    assert bytes_for((2, 2**20 + 1), fmt) == math.ceil(2 * (4 * (2**20 + 1) + 2 * 20) / 8)
+
+
+def test_k_quant_sources_cite_ggml_common():
+    for name in ("q4_k", "q5_k", "q6_k", "q5_0", "q5_1"):
+        assert "ggml-common.h" in get_format(name).source
