@@ -79,8 +79,8 @@ REQUIRED: Mapping[str, tuple[str, ...]] = {
 _OPTIONAL = ("num_key_value_heads", "head_dim", "tie_word_embeddings")
 
 _MLA_NOTE = ("multi-head latent attention (MLA) is not modelled yet: attention is a GQA "
-             "stand-in of 2 KV heads of (kv_lora_rank + qk_rope_head_dim) / 2 dims, so a token's "
-             "KV cache is MLA's kv_lora_rank + qk_rope_head_dim values per layer (exact), while "
+             "stand-in of 2 KV heads of (kv_lora_rank + qk_rope_head_dim) / 4 dims, so a token's "
+             "K and V hold MLA's kv_lora_rank + qk_rope_head_dim values per layer (exact), while "
              "the attention weights and FLOPs are GQA's, not MLA's low-rank projections (for "
              "DeepSeek-V3 268 M weights per layer against ~187 M: +0.7% total, +15% active); "
              "multi-token-prediction layers (num_nextn_predict_layers) are left out, as the "
@@ -235,14 +235,15 @@ def _deepseek(data, shape, fields, notes, *, file) -> None:
     if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in (rank, rope)):
         raise ConfigError(f"expected positive integers, got {rank!r} and {rope!r}", file=file,
                           field="kv_lora_rank, qk_rope_head_dim")
-    if (rank + rope) % 2:
-        raise ConfigError(f"kv_lora_rank + qk_rope_head_dim ({rank + rope}) must be even for "
-                          "memsim's MLA stand-in (2 KV heads)", file=file, field="kv_lora_rank")
+    if (rank + rope) % 4:
+        raise ConfigError(f"kv_lora_rank + qk_rope_head_dim ({rank + rope}) must be a multiple "
+                          "of 4 for memsim's MLA stand-in (K and V of 2 heads)", file=file,
+                          field="kv_lora_rank")
     dense = _get(data, "first_k_dense_replace", 0)
     shape.update(ffn=data["moe_intermediate_size"], experts=data["n_routed_experts"],
                  experts_per_token=data["num_experts_per_tok"],
                  shared_experts=_get(data, "n_shared_experts", 0), dense_layers=dense,
-                 kv_heads=2, head_dim=(rank + rope) // 2)
+                 kv_heads=2, head_dim=(rank + rope) // 4)
     if dense:
         shape["dense_ffn"] = data.get("intermediate_size")
     fields.update(ffn="moe_intermediate_size", experts="n_routed_experts",

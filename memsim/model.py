@@ -132,7 +132,7 @@ class Model:
 LIMITS: Mapping[str, tuple[int, int]] = {
     "layers": (1, 1024), "hidden": (1, 131_072), "heads": (1, 1024), "kv_heads": (1, 1024),
     "head_dim": (1, 2048), "ffn": (1, 1_048_576), "vocab": (1, 4_194_304),
-    "experts": (1, 1024), "experts_per_token": (1, 1024), "shared_experts": (0, 64),
+    "experts": (2, 1024), "experts_per_token": (1, 1024), "shared_experts": (0, 64),
     "dense_layers": (0, 1023), "dense_ffn": (0, 1_048_576), "sliding_window": (0, 2**31),
 }
 #: The most parameters a model may have (about 1,500 times the largest published model).
@@ -267,9 +267,6 @@ def parse_model(data: Mapping[str, Any], *, file: str) -> Model:
         check_keys_all(moe, required=_MOE_KEYS, optional=_MOE_OPTIONAL, file=file, prefix="moe.")
         shape.update((key, moe[key]) for key in _MOE_KEYS + _MOE_OPTIONAL[1:] if key in moe)
         fields.update((key, f"moe.{key}") for key in _MOE_KEYS + _MOE_OPTIONAL)
-        if type(moe["experts"]) is int and moe["experts"] == 1:
-            raise ConfigError("an MoE model needs at least 2 experts", file=file,
-                              field="moe.experts")
         if "published_active_params" in moe:
             shape["published_active_params"] = parse_quantity(
                 moe["published_active_params"], "count", file=file,
