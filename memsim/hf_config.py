@@ -102,13 +102,13 @@ def architecture_of(data: Mapping[str, Any], *, file: str) -> Architecture:
         for arch in ARCHITECTURES.values():
             if cls in arch.classes:
                 return arch
-    needed = sorted(set(_COMMON + _OPTIONAL))
     raise ConfigError(
         f"unsupported architecture (model_type {model_type!r}, architectures {classes!r}); "
-        f"memsim reads {supported()}; from them it needs {', '.join(needed)} and the FFN "
+        f"memsim reads {supported()}; from them it needs {', '.join(_COMMON)} and the FFN "
         "fields of the family (intermediate_size; for MoE the expert count, top-k "
-        "num_experts_per_tok and moe_intermediate_size); a model TOML "
-        "(docs/model-format.md) describes any other", file=file, field="model_type")
+        f"num_experts_per_tok and moe_intermediate_size), and reads {', '.join(_OPTIONAL)} "
+        "when given; a model TOML (docs/model-format.md) describes any other", file=file,
+        field="model_type")
 
 
 def _get(data: Mapping[str, Any], key: str, default: Any) -> Any:
