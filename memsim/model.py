@@ -1,12 +1,22 @@
-"""Transformer model shapes: loading, validation and derived parameter counts."""
+"""Transformer model shapes: loading, validation and derived parameter counts.
+
+A model comes from the catalog (``memsim.model("llama-3-8b")``, parsed once per process), from a
+model TOML file (docs/model-format.md) or from a HuggingFace ``config.json``
+(:mod:`memsim.hf_config`); :func:`load_model` reads either file and :func:`check_shape` holds
+the limits both obey.
+"""
 
 from __future__ import annotations
 
+import functools
+import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from memsim.datafile import (catalog_names, check_keys, read_catalog_entry, read_toml_file,
-                             require_bool, require_int, require_str, require_table)
+from memsim.datafile import (catalog_names, read_catalog_entry, read_toml_text, require_bool,
+                             require_str, require_table)
 from memsim.errors import ConfigError
 from memsim.units import parse_quantity
 
@@ -18,6 +28,8 @@ class Model:
     ``ffn`` is the intermediate size of one FFN block (of one routed expert, for MoE models).
     An MoE model may also have ``shared_experts`` that every token uses (each of size ``ffn``)
     and ``dense_layers`` leading layers with a dense FFN of size ``dense_ffn``.
+    ``sliding_window`` (tokens; 0 for none) is the span that the layers in ``window_layers``
+    attend to; the other layers attend to the whole context.
     """
 
     name: str
@@ -38,6 +50,8 @@ class Model:
     published_params: float = 0.0
     published_active_params: float = 0.0
     source: str = ""
+    sliding_window: int = 0
+    window_layers: tuple[int, ...] = ()
 
     @property
     def is_moe(self) -> bool:
@@ -52,6 +66,12 @@ class Model:
     def moe_layers(self) -> int:
         """Layers with routed experts."""
         return self.layers - self.dense_layers if self.is_moe else 0
+
+    @property
+    def whole_context_limit(self) -> int | None:
+        """The most tokens a sequence may hold for whole-context attention to equal the model's
+        (its sliding window), or None when every layer attends to the whole context."""
+        return self.sliding_window if self.sliding_window and self.window_layers else None
 
     @property
     def attention_params_per_layer(self) -> int:
@@ -106,70 +126,301 @@ class Model:
         return 2 * self.layers * self.kv_heads * self.head_dim
 
 
+# Limits ------------------------------------------------------------------------------------
+
+#: Inclusive bounds of each integer shape field; docs/model-format.md states them with reasons.
+LIMITS: Mapping[str, tuple[int, int]] = {
+    "layers": (1, 1024), "hidden": (1, 131_072), "heads": (1, 1024), "kv_heads": (1, 1024),
+    "head_dim": (1, 2048), "ffn": (1, 1_048_576), "vocab": (1, 4_194_304),
+    "experts": (2, 1024), "experts_per_token": (1, 1024), "shared_experts": (0, 64),
+    "dense_layers": (0, 1023), "dense_ffn": (0, 1_048_576), "sliding_window": (0, 2**31),
+}
+#: The most parameters a model may have (about 1,500 times the largest published model).
+MAX_PARAMS = 10**15
+#: The most expert FFN blocks (routed and shared, over all MoE layers): each is planned as its
+#: own tensors, so planning time grows with this count.
+MAX_EXPERT_BLOCKS = 65_536
+#: The largest model file memsim reads (a config.json or model TOML is a few KiB).
+MAX_FILE_BYTES = 1 << 20
+
+
+def _int_field(value: Any, key: str, *, file: str, field: str) -> int:
+    """An integer within LIMITS[key]; ``field`` is its name in the file being read."""
+    lo, hi = LIMITS[key]
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(f"expected an integer, got {value!r}", file=file, field=field)
+    if not lo <= value <= hi:
+        raise ConfigError(f"expected an integer from {lo} to {hi:,} (memsim's limit for "
+                          f"{key}), got {value:,}", file=file, field=field)
+    return value
+
+
+def check_shape(values: Mapping[str, Any], *, file: str,
+                fields: Mapping[str, str] | None = None) -> Model:
+    """Validate a model's values against :data:`LIMITS` and each other, and build the Model.
+
+    Parameters
+    ----------
+    values
+        Keyword arguments of :class:`Model`.
+    file
+        The file they came from, named by every error.
+    fields
+        The key in that file of each Model field whose name differs (``"layers"`` ->
+        ``"num_hidden_layers"``), so that errors name what the user wrote.
+    """
+    names = dict(fields or {})
+
+    def where(key: str) -> str:
+        return names.get(key, key)
+
+    shape = dict(values)
+    for key in LIMITS:
+        if key in shape:
+            shape[key] = _int_field(shape[key], key, file=file, field=where(key))
+    if shape["kv_heads"] > shape["heads"] or shape["heads"] % shape["kv_heads"]:
+        raise ConfigError(f"heads ({shape['heads']}) must be a multiple of kv_heads "
+                          f"({shape['kv_heads']})", file=file, field=where("kv_heads"))
+    _check_moe(shape, file=file, where=where)
+    _check_window(shape, file=file, where=where)
+    model = Model(**shape)
+    if model.total_params > MAX_PARAMS:
+        raise ConfigError(f"{model.total_params:.3g} parameters exceed memsim's limit of "
+                          f"{MAX_PARAMS:.0e}", file=file, field=where("layers"))
+    blocks = model.moe_layers * (model.experts + model.shared_experts)
+    if blocks > MAX_EXPERT_BLOCKS:
+        raise ConfigError(f"{model.moe_layers} MoE layers x {model.experts + model.shared_experts}"
+                          f" experts = {blocks:,} expert FFNs exceed memsim's limit of "
+                          f"{MAX_EXPERT_BLOCKS:,}", file=file, field=where("experts"))
+    return model
+
+
+def _check_moe(shape: dict[str, Any], *, file: str, where) -> None:
+    """Relations between the MoE fields of a shape."""
+    experts = shape.get("experts", 1)
+    if experts == 1:
+        for key in ("shared_experts", "dense_layers", "dense_ffn"):
+            if shape.get(key):
+                raise ConfigError(f"{key} needs routed experts (experts >= 2)", file=file,
+                                  field=where(key))
+        return
+    if shape.get("experts_per_token", 1) > experts:
+        raise ConfigError(f"experts_per_token ({shape['experts_per_token']}) exceeds experts "
+                          f"({experts})", file=file, field=where("experts_per_token"))
+    if shape.get("dense_layers", 0) >= shape["layers"]:
+        raise ConfigError(f"dense_layers must leave at least one MoE layer of "
+                          f"{shape['layers']}", file=file, field=where("dense_layers"))
+
+
+def _check_window(shape: dict[str, Any], *, file: str, where) -> None:
+    """A sliding window needs the layers it applies to, and those layers must exist."""
+    layers = tuple(shape.get("window_layers", ()))
+    if not shape.get("sliding_window"):
+        if layers:
+            raise ConfigError("window_layers given without a sliding_window", file=file,
+                              field=where("window_layers"))
+        return
+    bad = [x for x in layers if isinstance(x, bool) or not isinstance(x, int)
+           or not 0 <= x < shape["layers"]]
+    if bad or not layers or len(set(layers)) != len(layers):
+        raise ConfigError(f"expected distinct layer numbers from 0 to {shape['layers'] - 1}, got "
+                          f"{list(layers)!r}", file=file, field=where("window_layers"))
+    shape["window_layers"] = tuple(sorted(layers))
+
+
+# The model TOML ----------------------------------------------------------------------------
+
 _MODEL_KEYS = ("schema_version", "name", "display_name", "layers", "hidden", "heads", "kv_heads",
                "head_dim", "ffn", "vocab", "tied_embeddings", "published_params", "source")
+_MOE_KEYS = ("experts", "experts_per_token")
+_MOE_OPTIONAL = ("published_active_params", "shared_experts", "dense_layers", "dense_ffn")
+_WINDOW_KEYS = ("tokens", "layers")
 
 
-def parse_model(data: dict, *, file: str) -> Model:
-    """Validate a model file's table and build a Model."""
-    check_keys(data, required=_MODEL_KEYS, optional=("moe",), file=file)
-    if data["schema_version"] != 1:
+def check_keys_all(table: Mapping[str, Any], *, required: tuple[str, ...],
+                   optional: tuple[str, ...] = (), file: str, prefix: str = "") -> None:
+    """Refuse unknown keys (listing the valid ones), then every missing key in one error."""
+    allowed = set(required) | set(optional)
+    unknown = [key for key in table if key not in allowed]
+    if unknown:
+        raise ConfigError(f"unknown key{'s' if len(unknown) > 1 else ''}; valid keys are "
+                          f"{', '.join(sorted(allowed))}", file=file,
+                          field=", ".join(prefix + key for key in unknown))
+    missing = [key for key in required if key not in table]
+    if missing:
+        raise ConfigError(f"missing required key{'s' if len(missing) > 1 else ''} "
+                          f"({len(missing)} of {len(required)})", file=file,
+                          field=", ".join(prefix + key for key in missing))
+
+
+def parse_model(data: Mapping[str, Any], *, file: str) -> Model:
+    """Validate a model TOML file's table and build a Model."""
+    check_keys_all(data, required=_MODEL_KEYS, optional=("moe", "sliding_window"), file=file)
+    if type(data["schema_version"]) is not int or data["schema_version"] != 1:
         raise ConfigError(f"unsupported schema_version {data['schema_version']!r}; expected 1",
                           file=file, field="schema_version")
-    ints = {key: require_int(data[key], file=file, field=key)
-            for key in ("layers", "hidden", "heads", "kv_heads", "head_dim", "ffn", "vocab")}
-    if ints["heads"] % ints["kv_heads"]:
-        raise ConfigError(f"heads ({ints['heads']}) must be a multiple of kv_heads "
-                          f"({ints['kv_heads']})", file=file, field="kv_heads")
-    experts, per_token, active = 1, 1, 0.0
-    extra: dict[str, int] = {}
+    shape: dict[str, Any] = {key: data[key] for key in
+                             ("layers", "hidden", "heads", "kv_heads", "head_dim", "ffn", "vocab")}
+    fields: dict[str, str] = {}
     if "moe" in data:
         moe = require_table(data["moe"], file=file, field="moe")
-        check_keys(moe, required=("experts", "experts_per_token"),
-                   optional=("published_active_params", "shared_experts", "dense_layers",
-                             "dense_ffn"), file=file, prefix="moe.")
-        for key in ("shared_experts", "dense_layers", "dense_ffn"):
-            if key in moe:
-                extra[key] = require_int(moe[key], file=file, field=f"moe.{key}", minimum=0)
-        if extra.get("dense_layers", 0) >= ints["layers"]:
-            raise ConfigError(f"dense_layers must leave at least one MoE layer of "
-                              f"{ints['layers']}", file=file, field="moe.dense_layers")
-        experts = require_int(moe["experts"], file=file, field="moe.experts", minimum=2)
-        per_token = require_int(moe["experts_per_token"], file=file,
-                                field="moe.experts_per_token")
-        if per_token > experts:
-            raise ConfigError(f"experts_per_token ({per_token}) exceeds experts ({experts})",
-                              file=file, field="moe.experts_per_token")
+        check_keys_all(moe, required=_MOE_KEYS, optional=_MOE_OPTIONAL, file=file, prefix="moe.")
+        shape.update((key, moe[key]) for key in _MOE_KEYS + _MOE_OPTIONAL[1:] if key in moe)
+        fields.update((key, f"moe.{key}") for key in _MOE_KEYS + _MOE_OPTIONAL)
         if "published_active_params" in moe:
-            active = parse_quantity(moe["published_active_params"], "count", file=file,
-                                    field="moe.published_active_params")
-    name = require_str(data["name"], file=file, field="name")
-    return Model(
-        name=name,
+            shape["published_active_params"] = parse_quantity(
+                moe["published_active_params"], "count", file=file,
+                field="moe.published_active_params")
+    if "sliding_window" in data:
+        shape.update(_parse_window(data["sliding_window"], data["layers"], file=file))
+        fields.update(sliding_window="sliding_window.tokens", window_layers="sliding_window.layers")
+    shape.update(
+        name=require_str(data["name"], file=file, field="name"),
         display_name=require_str(data["display_name"], file=file, field="display_name"),
         tied_embeddings=require_bool(data["tied_embeddings"], file=file, field="tied_embeddings"),
-        experts=experts, experts_per_token=per_token,
         published_params=parse_quantity(data["published_params"], "count", file=file,
                                         field="published_params"),
-        published_active_params=active,
         source=require_str(data["source"], file=file, field="source"),
-        **ints, **extra,
     )
+    return check_shape(shape, file=file, fields=fields)
+
+
+def _parse_window(value: Any, layers: Any, *, file: str) -> dict[str, Any]:
+    """The ``[sliding_window]`` table: ``tokens`` and ``layers`` ("all", "even", "odd" or a
+    list of layer numbers)."""
+    table = require_table(value, file=file, field="sliding_window")
+    check_keys_all(table, required=_WINDOW_KEYS, file=file, prefix="sliding_window.")
+    tokens = _int_field(table["tokens"], "sliding_window", file=file,
+                        field="sliding_window.tokens")
+    if tokens < 1:
+        raise ConfigError("expected a window of at least 1 token", file=file,
+                          field="sliding_window.tokens")
+    chosen = table["layers"]
+    count = _int_field(layers, "layers", file=file, field="layers")
+    patterns = {"all": range(count), "even": range(0, count, 2), "odd": range(1, count, 2)}
+    if isinstance(chosen, str):
+        if chosen not in patterns:
+            raise ConfigError(f"expected all, even, odd or a list of layer numbers, got "
+                              f"{chosen!r}", file=file, field="sliding_window.layers")
+        chosen = patterns[chosen]
+    elif not isinstance(chosen, list):
+        raise ConfigError(f"expected all, even, odd or a list of layer numbers, got {chosen!r}",
+                          file=file, field="sliding_window.layers")
+    return {"sliding_window": tokens, "window_layers": tuple(chosen)}
+
+
+# Reading files -----------------------------------------------------------------------------
+
+def read_model_text(path: Path) -> str:
+    """The text of a model file: UTF-8 without a byte-order mark, at most MAX_FILE_BYTES."""
+    file = str(path)
+    try:
+        with path.open("rb") as handle:
+            raw = handle.read(MAX_FILE_BYTES + 1)
+    except OSError as exc:
+        raise ConfigError(f"cannot read file: {exc.strerror}", file=file) from None
+    if len(raw) > MAX_FILE_BYTES:
+        raise ConfigError(f"larger than {MAX_FILE_BYTES >> 10} KiB; a model file is a TOML or "
+                          "config.json of a few KiB (weights are not read)", file=file)
+    if raw.startswith((b"\xff\xfe", b"\xfe\xff")):
+        raise ConfigError("is UTF-16; save it as UTF-8", file=file)
+    if raw.startswith(b"\xef\xbb\xbf"):
+        raise ConfigError("starts with a UTF-8 byte-order mark; save it as UTF-8 without BOM",
+                          file=file)
+    if b"\x00" in raw:
+        raise ConfigError("is a binary file, not a model TOML or config.json", file=file)
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"is not UTF-8 (byte {exc.start}: {raw[exc.start]:#04x}); save it as "
+                          "UTF-8", file=file) from None
+
+
+def read_json_text(text: str, *, file: str) -> dict[str, Any]:
+    """Parse a JSON object, refusing NaN/Infinity and nesting Python cannot follow."""
+    def constant(name: str) -> Any:
+        raise ConfigError(f"{name} is not a JSON number", file=file)
+
+    try:
+        data = json.loads(text, parse_constant=constant)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"malformed JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})",
+                          file=file) from None
+    except RecursionError:
+        raise ConfigError("malformed JSON: nested too deeply", file=file) from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"expected a JSON object, got {type(data).__name__}", file=file)
+    return data
+
+
+def _is_json(path: Path, text: str) -> bool:
+    """A file is read as JSON when named ``.json`` or when it opens with ``{``."""
+    return path.suffix.lower() == ".json" or (path.suffix.lower() != ".toml"
+                                              and text.lstrip().startswith("{"))
 
 
 def load_model(path: str | Path) -> Model:
-    """Load and validate a model file."""
-    return parse_model(read_toml_file(path), file=str(path))
+    """Load and validate a model TOML file, a HuggingFace ``config.json``, or a folder holding
+    a ``config.json`` (a downloaded HuggingFace model).
+
+    Parameters
+    ----------
+    path
+        The file or folder. A ``.json`` file, or a file whose text opens with ``{``, is read as a
+        HuggingFace config (:func:`memsim.hf_config.parse_hf_config`); anything else as a model
+        TOML (docs/model-format.md).
+
+    Raises
+    ------
+    ConfigError
+        Naming the file and field, for any file memsim cannot read as a model.
+    """
+    path = Path(path)
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise ConfigError("a folder without a config.json; give a model TOML or a "
+                              "HuggingFace config.json", file=str(path))
+        path = path / "config.json"
+    text = read_model_text(path)
+    if _is_json(path, text):
+        from memsim.hf_config import parse_hf_config     # a sibling data module, loaded on use
+        return parse_hf_config(read_json_text(text, file=str(path)), file=str(path),
+                               name=str(path))
+    try:
+        return parse_model(read_toml_text(text, file=str(path)), file=str(path))
+    except RecursionError:
+        raise ConfigError("malformed TOML: nested too deeply", file=str(path)) from None
+
+
+# The catalog -------------------------------------------------------------------------------
+
+@functools.cache
+def _catalog_names() -> tuple[str, ...]:
+    return tuple(catalog_names("memsim.models"))
 
 
 def model_names() -> list[str]:
     """Names of the catalog's models."""
-    return catalog_names("memsim.models")
+    return list(_catalog_names())
+
+
+@functools.cache
+def _catalog_model(name: str) -> Model:
+    """A catalog model, parsed once per process (Model is frozen, so sharing it is safe)."""
+    data, file = read_catalog_entry("memsim.models", name, kind="model", folder="memsim/models")
+    return parse_model(data, file=file)
+
+
+def is_model_path(name: str) -> bool:
+    """True when ``name`` names a file or folder rather than a catalog model."""
+    return (name.endswith((".toml", ".json")) or "/" in name or "\\" in name
+            or (name not in _catalog_names() and Path(name).exists()))
 
 
 def model(name: str) -> Model:
-    """A catalog model by name (``llama-3-70b``), or a model file by path."""
-    if name.endswith(".toml"):
+    """A catalog model by name (``llama-3-70b``), or a model file or folder by path
+    (see :func:`load_model`). A catalog model is parsed once per process; later calls are a
+    dictionary lookup."""
+    if is_model_path(name):
         return load_model(name)
-    data, file = read_catalog_entry("memsim.models", name, kind="model", folder="memsim/models")
-    return parse_model(data, file=file)
+    return _catalog_model(name)
