@@ -17,7 +17,8 @@ from memsim.errors import CapacityError, ConfigError
 from memsim.layout import fewest_stage_cut, policies, shard, tp_degrees
 from memsim.emulate import run_system
 from memsim.model import Model
-from memsim.plan import SystemPlan, _item_specs, _Placer, parse_placement, plan_system
+from memsim.plan import (SystemPlan, _item_specs, _Placer, parse_placement, plan_system,
+                         tp_ranks_per_chip)
 from memsim.workload import Decode
 
 
@@ -56,7 +57,8 @@ def _item_bytes(device: Device, model: Model, workload: Decode, policy: str,
     final_tokens = workload.context + workload.steps * workload.new_tokens
     placer = _Placer(device, model, sized, policy, parse_placement(workload.placement, device, model.layers),
                      tile_n)
-    items = _item_specs(model, sized, shard(model, tp), tile_n, final_tokens, workload.batch)
+    sh = shard(model, tp, tp_ranks_per_chip(device))
+    items = _item_specs(model, sized, sh, tile_n, final_tokens, workload.batch)
     return [tuple(sum(placer.place(spec).bytes_on(i) for spec in item)
                   for i in range(len(device.tiers))) for item in items]
 
@@ -81,7 +83,7 @@ def fewest_chips(device: Device, model: Model, workload: Decode, policy: str) ->
     limit = _max_chips(device)
     fitting: list[tuple[Configuration, SystemPlan]] = []
     shortfall = None
-    for tp in tp_degrees(model, limit):
+    for tp in tp_degrees(model, limit, tp_ranks_per_chip(device)):
         if fitting and tp > min(c.chips for c, _ in fitting):
             break
         stages = _fewest_stages(device, model, workload, policy, tp)
