@@ -139,3 +139,82 @@ def smallest_system(device: Device, model: Model, workload: Decode,
     trial = dataclasses.replace(workload, tp=chosen.tp, pp=chosen.pp, microbatches=None,
                                 policy=chosen.policy)
     return chosen, plan_system(device, model, trial)
+
+
+# The largest batch ------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class BatchCapacity:
+    """The largest batch one configuration holds, and how fast it decodes there.
+
+    ``batch`` is 0 when not even one sequence fits (``reason`` says why); ``time_per_token_s``
+    and ``tokens_per_s_total`` are then 0.
+    """
+
+    device: str
+    policy: str
+    tp: int
+    pp: int
+    context: int
+    batch: int
+    time_per_token_s: float = 0.0
+    tokens_per_s_total: float = 0.0
+    reason: str = ""
+
+    @property
+    def chips(self) -> int:
+        """Chips in the configuration."""
+        return self.tp * self.pp
+
+    def to_dict(self) -> dict:
+        """Plain data."""
+        return {**dataclasses.asdict(self), "chips": self.chips}
+
+
+MAX_BATCH_LIMIT = 1 << 20        # sequences: the search stops here even if more would fit
+
+
+def max_batch(device: Device, model: Model, workload: Decode) -> BatchCapacity:
+    """The largest batch whose weights and KV caches (at ``workload.context`` plus the emulated
+    steps) fit ``workload.tp x pp x ep`` chips under the workload's policy (``auto``: the
+    device's own, without the fallback to ``tiered``), and the warm step's time per token at
+    that batch. ``workload.batch`` is ignored; under expert parallel the batch stays a
+    multiple of ``ep``.
+
+    Capacity is the plan's own check (placement rules, paging, padding and pipeline cuts
+    included); the KV cache grows linearly with the batch, so a bisection over the batch
+    finds the edge.
+    """
+    policy = device.layout.policy if workload.policy == "auto" else workload.policy
+    step = workload.ep
+
+    def plan_at(batch: int) -> SystemPlan | None:
+        trial = dataclasses.replace(workload, batch=batch, microbatches=None, policy=policy)
+        try:
+            return plan_system(device, model, trial)
+        except CapacityError:
+            return None
+
+    row = dict(device=device.name, policy=policy, tp=workload.tp, pp=workload.pp,
+               context=workload.context)
+    if plan_at(step) is None:
+        return BatchCapacity(**row, batch=0, reason="one sequence does not fit")
+    fits, short = 1, 2                          # in units of ``step`` sequences
+    while short * step <= MAX_BATCH_LIMIT and plan_at(short * step) is not None:
+        fits, short = short, 2 * short
+    while short - fits > 1:
+        mid = (fits + short) // 2
+        fits, short = (mid, short) if plan_at(mid * step) is not None else (fits, mid)
+    batch = fits * step
+    report = run_system(plan_at(batch))
+    return BatchCapacity(**row, batch=batch, time_per_token_s=report.time_per_token,
+                         tokens_per_s_total=report.tokens_per_s_total)
+
+
+def max_batch_table(device: Device, model: Model, workload: Decode) -> list[BatchCapacity]:
+    """:func:`max_batch` per chip count: every tensor-parallel degree that shards the model
+    without padding, up to the link domain, on one pipeline stage each (``workload.tp`` and
+    ``pp`` are ignored)."""
+    degrees = tp_degrees(model, _max_chips(device), tp_ranks_per_chip(device))
+    return [max_batch(device, model, dataclasses.replace(workload, tp=tp, pp=1, ep=1))
+            for tp in degrees]

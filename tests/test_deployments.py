@@ -8,8 +8,9 @@ import pytest
 
 import memsim
 import memsim.plan
+from memsim.capacity import max_batch
 from memsim.layout import divides, group_kv_heads, shard, tp_degrees
-from memsim.plan import fold_pipeline, plan_system
+from memsim.plan import fold_pipeline, kv_cache_bytes, plan_system
 
 PROJECTIONS = ("qkv", "o_proj", "gate", "up", "down")
 
@@ -166,3 +167,28 @@ def test_expert_parallel_with_a_pipeline_is_refused():
     with pytest.raises(memsim.ConfigError, match="pipeline") as info:
         plan_system(memsim.device("h100-sxm"), model, memsim.Decode(ep=2, pp=2, batch=2))
     assert info.value.field == "ep"
+
+
+# The largest batch ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("tp", [1, 2])
+def test_max_batch_agrees_with_the_closed_form_capacity(tp):
+    """HBM holds the weights once and one paged KV cache per sequence: the largest batch is
+    the free bytes over one sequence's cache, on each chip of the group."""
+    dev, model = memsim.device("h100-sxm"), memsim.model("llama-3-8b")
+    workload = memsim.Decode(context=8192, tp=tp)
+    found = max_batch(dev, model, workload)
+    hbm = dev.tiers[dev.tier_index("hbm")]
+    weights = plan_system(dev, model, workload).stages[0].bytes_by_tier("weight")["hbm"]
+    final_tokens = workload.context + workload.steps * workload.new_tokens
+    per_sequence = model.layers * kv_cache_bytes(model, workload, final_tokens, hbm.granularity,
+                                                 kv_heads=model.kv_heads // tp, sequences=1)
+    assert found.batch == (hbm.capacity - weights) // per_sequence
+    assert (found.tp, found.pp, found.chips, found.policy) == (tp, 1, tp, "hbm-centric")
+    assert found.tokens_per_s_total == pytest.approx(found.batch / found.time_per_token_s)
+
+
+def test_max_batch_is_zero_when_one_sequence_does_not_fit():
+    found = max_batch(memsim.device("h100-sxm"), memsim.model("llama-3-70b"),
+                      memsim.Decode(context=8192))
+    assert found.batch == 0 and "does not fit" in found.reason
