@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import memsim
 import memsim.plan
 from memsim.capacity import max_batch
 from memsim.layout import divides, group_kv_heads, shard, tp_degrees
 from memsim.plan import fold_pipeline, kv_cache_bytes, plan_system
+from memsim.testing import examples
 
 PROJECTIONS = ("qkv", "o_proj", "gate", "up", "down")
 
@@ -80,6 +83,26 @@ def test_padded_shard_weight_bytes_are_the_closed_form(monkeypatch):
     assert held == _chip_weight_bytes(model, sh)
     unpadded = _chip_weight_bytes(model, shard(model, 8))      # a plain split, for scale
     assert held * 12 > unpadded * 8                              # the padding is real bytes
+
+
+@settings(max_examples=examples(40))
+@given(tp=st.integers(1, 8), kv_heads=st.integers(1, 8), group=st.integers(1, 4),
+       ffn=st.integers(8, 300), ranks_per_chip=st.integers(1, 2))
+def test_any_degree_shards_with_padding_below_one_row_per_rank(tp, kv_heads, group, ffn,
+                                                               ranks_per_chip):
+    """Whatever the degree: the group holds every head and column, pads each width by less
+    than one per rank, and one chip's planned weights are the closed form."""
+    model = _model(kv_heads * group, kv_heads, ffn)
+    sh = shard(model, tp, ranks_per_chip)
+    ranks = tp * ranks_per_chip
+    assert sh.heads * tp == model.heads + sh.padded_heads and 0 <= sh.padded_heads < ranks
+    assert sh.ffn * tp == model.ffn + sh.padded_ffn and 0 <= sh.padded_ffn < ranks
+    assert sh.kv_heads * tp == model.kv_heads + sh.padded_kv_heads >= model.kv_heads
+    assert sh.heads % sh.kv_heads == 0
+    if ranks_per_chip == 1:
+        system = plan_system(memsim.device("h100-sxm"), model, memsim.Decode(tp=tp, context=8))
+        assert sum(system.stages[0].bytes_by_tier("weight").values()) == \
+            _chip_weight_bytes(model, sh)
 
 
 def test_the_walker_reads_and_multiplies_the_padding():
