@@ -398,7 +398,7 @@ def fold_pipeline(model: Model, workload: Decode) -> Decode:
     if pp <= items:
         return workload
     fold = next(f for f in range(2, pp + 1) if pp % f == 0 and pp // f <= items)
-    default = max(d for d in range(1, min(workload.batch, pp) + 1) if workload.batch % d == 0)
+    default = dataclasses.replace(workload, microbatches=None).microbatches
     microbatches = None if workload.microbatches == default else workload.microbatches
     return dataclasses.replace(workload, tp=workload.tp * fold, pp=pp // fold,
                                microbatches=microbatches)
@@ -443,7 +443,8 @@ def _plan_expert_parallel(device: Device, model: Model, workload: Decode, policy
     for expert partitioning AND TP for intermediate sharding"). vLLM's default EP, whole
     experts spread over every rank, is not modelled. Rank ``r`` of a group exchanges its
     group's tokens with rank ``r`` of the others (the same all-to-all per rank as with one chip
-    per group); the partial sums of the expert shards come back with the combine and are
+    per group, so a token crosses the link ``tp`` times; a modelling choice, not a published
+    schedule); the partial sums of the expert shards come back with the combine and are
     completed by the group's all-reduce after the FFN.
     """
     ep = workload.ep
