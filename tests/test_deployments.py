@@ -215,3 +215,12 @@ def test_max_batch_is_zero_when_one_sequence_does_not_fit():
     found = max_batch(memsim.device("h100-sxm"), memsim.model("llama-3-70b"),
                       memsim.Decode(context=8192))
     assert found.batch == 0 and "does not fit" in found.reason
+
+
+def test_neuroncores_beyond_the_chips_get_the_chip_spelling(monkeypatch):
+    """TP counts chips; on a chip of two NeuronCores, 24 ranks are tp=12."""
+    monkeypatch.setattr(memsim.plan, "tp_ranks_per_chip", lambda device: 2)
+    with pytest.raises(memsim.ConfigError, match="24 ranks are tp=12") as info:
+        plan_system(memsim.device("inferentia2"), memsim.model("llama-3-8b"),
+                    memsim.Decode(tp=24))
+    assert info.value.field == "tp"
