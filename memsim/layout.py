@@ -1,5 +1,8 @@
 """Where a model's bytes live: memory policies, placement rules, tensor-parallel shards, stages.
 
+Tensor parallel runs at any degree: widths the ranks do not divide are padded as AWS Neuron pads
+them (:func:`shard`), and the padding is stored, read and computed like the model's own.
+
 A *policy* gives every kind of tensor a default home tier (the device file names the device's
 own; ``policies(device)`` lists the others it supports). *Placement rules* then move chosen
 tensors, or a fraction of each, to other tiers: a selector names tensors and a target a tier,
@@ -243,6 +246,18 @@ def shard(model: Model, tp: int, ranks_per_chip: int = 1) -> Shard:
     A width the ranks divide is split plainly, so every deployment vLLM or TRT-LLM accepts
     shards as before (vLLM requires the ranks to divide the heads and replicates KV heads when
     the ranks are a multiple of them).
+
+    Sources: [V] head padding and the KV rule: ``get_shardable_head_counts`` in
+    aws-neuron/neuronx-distributed-inference ``modules/attention/gqa.py`` (as adapted in
+    huggingface/optimum-neuron ``optimum/neuron/models/inference/backend/modules/attention/
+    gqa.py``) and ``get_number_of_extra_heads`` in neuronx_distributed
+    ``parallel_layers/pad.py``; [V] vLLM: ``QKVParallelLinear.__init__`` in
+    vllm-project/vllm ``vllm/model_executor/layers/linear.py`` (``divide(total_num_heads,
+    tp_size)``; one KV head with ``tp_size // total_num_kv_heads`` replicas when
+    ``tp_size >= total_num_kv_heads``); [E] FFN padding to a multiple of the ranks: zero
+    columns as users pad Qwen2-72B's 29568 for vLLM TP 8 (huggingface.co Qwen/Qwen2-72B-
+    Instruct-AWQ discussion 3); Neuron's own FFN rule was not found. The compiler's padding of
+    a shard to whole tiles is not counted: the walker reads a short last tile as it is.
     """
     ranks = tp * ranks_per_chip
     dense_width = model.dense_ffn or model.ffn
