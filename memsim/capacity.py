@@ -91,7 +91,7 @@ def fewest_chips(device: Device, model: Model, workload: Decode, policy: str) ->
             continue
         # a tied LM head costs nothing extra when one stage also holds the embedding
         first_pp = 1 if model.tied_embeddings else stages
-        for pp in range(first_pp, limit // tp + 1):
+        for pp in range(first_pp, min(limit // tp, model.layers + 2) + 1):   # no fold
             if fitting and tp * pp > min(c.chips for c, _ in fitting):
                 break
             trial = dataclasses.replace(workload, tp=tp, pp=pp, microbatches=None, policy=policy)
