@@ -91,7 +91,7 @@ def fewest_chips(device: Device, model: Model, workload: Decode, policy: str) ->
             continue
         # a tied LM head costs nothing extra when one stage also holds the embedding
         first_pp = 1 if model.tied_embeddings else stages
-        for pp in range(first_pp, min(limit // tp, model.layers + 2) + 1):   # no fold
+        for pp in range(first_pp, min(limit // tp, model.layers + 2) + 1):   # longer folds into tp
             if fitting and tp * pp > min(c.chips for c, _ in fitting):
                 break
             trial = dataclasses.replace(workload, tp=tp, pp=pp, microbatches=None, policy=policy)
@@ -213,8 +213,18 @@ def max_batch(device: Device, model: Model, workload: Decode) -> BatchCapacity:
 
 def max_batch_table(device: Device, model: Model, workload: Decode) -> list[BatchCapacity]:
     """:func:`max_batch` per chip count: every tensor-parallel degree that shards the model
-    without padding, up to the link domain, on one pipeline stage each (``workload.tp`` and
-    ``pp`` are ignored)."""
-    degrees = tp_degrees(model, _max_chips(device), tp_ranks_per_chip(device))
-    return [max_batch(device, model, dataclasses.replace(workload, tp=tp, pp=1, ep=1))
-            for tp in degrees]
+    without padding, each on the fewest pipeline stages that hold one sequence, within the link
+    domain (``workload``'s ``batch``, ``tp``, ``pp`` and ``ep`` are ignored)."""
+    policy = device.layout.policy if workload.policy == "auto" else workload.policy
+    limit = _max_chips(device)
+    rows = []
+    for tp in tp_degrees(model, limit, tp_ranks_per_chip(device)):
+        one = dataclasses.replace(workload, batch=1, tp=tp, pp=1, ep=1, microbatches=None)
+        stages = _fewest_stages(device, model, one, policy, tp)
+        if stages is None:
+            rows.append(BatchCapacity(device.name, policy, tp, 1, workload.context, 0,
+                                      reason="one item (the embedding, a layer or the head) "
+                                             "alone overflows a chip"))
+        elif tp * stages <= limit:
+            rows.append(max_batch(device, model, dataclasses.replace(one, pp=stages)))
+    return rows

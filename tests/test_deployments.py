@@ -3,6 +3,8 @@ expert parallel with tensor parallel."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -10,7 +12,7 @@ from hypothesis import strategies as st
 
 import memsim
 import memsim.plan
-from memsim.capacity import max_batch
+from memsim.capacity import max_batch, max_batch_table
 from memsim.layout import divides, group_kv_heads, shard, tp_degrees
 from memsim.plan import fold_pipeline, kv_cache_bytes, plan_system
 from memsim.testing import examples
@@ -224,3 +226,20 @@ def test_neuroncores_beyond_the_chips_get_the_chip_spelling(monkeypatch):
         plan_system(memsim.device("inferentia2"), memsim.model("llama-3-8b"),
                     memsim.Decode(tp=24))
     assert info.value.field == "tp"
+
+
+def test_max_batch_per_chip_count_on_an_sram_machine():
+    """Each degree on the fewest stages that hold one sequence: one more sequence than the
+    answer does not fit; a degree whose embedding alone overflows a chip says so."""
+    dev, model = memsim.device("groq-lpu"), memsim.model("llama-3.2-1b")
+    workload = memsim.Decode(context=1024, steps=1)
+    rows = max_batch_table(dev, model, workload)
+    assert [r.tp for r in rows][:3] == [1, 2, 4]
+    assert rows[0].batch == 0 and "alone overflows" in rows[0].reason
+    for row in rows:
+        assert row.policy == "sram-resident"
+        if row.batch:
+            edge = dataclasses.replace(workload, tp=row.tp, pp=row.pp, microbatches=None)
+            plan_system(dev, model, dataclasses.replace(edge, batch=row.batch))
+            with pytest.raises(memsim.CapacityError):
+                plan_system(dev, model, dataclasses.replace(edge, batch=row.batch + 1))
