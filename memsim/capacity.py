@@ -5,6 +5,9 @@ A configuration is tensor parallel ``tp`` x pipeline stages ``pp`` on one link d
 is what a greedy fill of the per-chip tensors gives (contiguous stages, each chip's tiers within
 capacity); the plan that the emulator would run then confirms it. The answer is the smallest
 ``tp x pp``, ties going to fewer stages (a shorter pipeline).
+
+:func:`max_batch` answers the other way round: the largest batch a given configuration holds
+(``max_batch_table``: per chip count), with the time per token at that batch.
 """
 
 from __future__ import annotations
@@ -157,6 +160,7 @@ class BatchCapacity:
     pp: int
     context: int
     batch: int
+    ep: int = 1
     time_per_token_s: float = 0.0
     tokens_per_s_total: float = 0.0
     reason: str = ""
@@ -164,7 +168,7 @@ class BatchCapacity:
     @property
     def chips(self) -> int:
         """Chips in the configuration."""
-        return self.tp * self.pp
+        return self.tp * self.pp * self.ep
 
     def to_dict(self) -> dict:
         """Plain data."""
@@ -196,7 +200,7 @@ def max_batch(device: Device, model: Model, workload: Decode) -> BatchCapacity:
             return None
 
     row = dict(device=device.name, policy=policy, tp=workload.tp, pp=workload.pp,
-               context=workload.context)
+               context=workload.context, ep=workload.ep)
     if plan_at(step) is None:
         return BatchCapacity(**row, batch=0, reason="one sequence does not fit")
     fits, short = 1, 2                          # in units of ``step`` sequences

@@ -243,3 +243,9 @@ def test_max_batch_per_chip_count_on_an_sram_machine():
             plan_system(dev, model, dataclasses.replace(edge, batch=row.batch))
             with pytest.raises(memsim.CapacityError):
                 plan_system(dev, model, dataclasses.replace(edge, batch=row.batch + 1))
+
+
+def test_max_batch_under_expert_parallel_stays_a_multiple_of_the_groups():
+    found = max_batch(memsim.device("h100-sxm"), memsim.model("mixtral-8x7b"),
+                      memsim.Decode(context=8192, ep=2, tp=2))
+    assert found.batch % 2 == 0 and found.chips == 4 and found.ep == 2
