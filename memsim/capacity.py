@@ -5,6 +5,9 @@ A configuration is tensor parallel ``tp`` x pipeline stages ``pp`` on one link d
 is what a greedy fill of the per-chip tensors gives (contiguous stages, each chip's tiers within
 capacity); the plan that the emulator would run then confirms it. The answer is the smallest
 ``tp x pp``, ties going to fewer stages (a shorter pipeline).
+
+:func:`max_batch` answers the other way round: the largest batch a given configuration holds
+(``max_batch_table``: per chip count), with the time per token at that batch.
 """
 
 from __future__ import annotations
@@ -17,7 +20,8 @@ from memsim.errors import CapacityError, ConfigError
 from memsim.layout import fewest_stage_cut, policies, shard, tp_degrees
 from memsim.emulate import run_system
 from memsim.model import Model
-from memsim.plan import SystemPlan, _item_specs, _Placer, parse_placement, plan_system
+from memsim.plan import (SystemPlan, _item_specs, _Placer, parse_placement, plan_system,
+                         tp_ranks_per_chip)
 from memsim.workload import Decode
 
 
@@ -56,7 +60,8 @@ def _item_bytes(device: Device, model: Model, workload: Decode, policy: str,
     final_tokens = workload.context + workload.steps * workload.new_tokens
     placer = _Placer(device, model, sized, policy, parse_placement(workload.placement, device, model.layers),
                      tile_n)
-    items = _item_specs(model, sized, shard(model, tp), tile_n, final_tokens, workload.batch)
+    sh = shard(model, tp, tp_ranks_per_chip(device))
+    items = _item_specs(model, sized, sh, tile_n, final_tokens, workload.batch)
     return [tuple(sum(placer.place(spec).bytes_on(i) for spec in item)
                   for i in range(len(device.tiers))) for item in items]
 
@@ -81,7 +86,7 @@ def fewest_chips(device: Device, model: Model, workload: Decode, policy: str) ->
     limit = _max_chips(device)
     fitting: list[tuple[Configuration, SystemPlan]] = []
     shortfall = None
-    for tp in tp_degrees(model, limit):
+    for tp in tp_degrees(model, limit, tp_ranks_per_chip(device)):
         if fitting and tp > min(c.chips for c, _ in fitting):
             break
         stages = _fewest_stages(device, model, workload, policy, tp)
@@ -89,7 +94,7 @@ def fewest_chips(device: Device, model: Model, workload: Decode, policy: str) ->
             continue
         # a tied LM head costs nothing extra when one stage also holds the embedding
         first_pp = 1 if model.tied_embeddings else stages
-        for pp in range(first_pp, limit // tp + 1):
+        for pp in range(first_pp, min(limit // tp, model.layers + 2) + 1):   # longer folds into tp
             if fitting and tp * pp > min(c.chips for c, _ in fitting):
                 break
             trial = dataclasses.replace(workload, tp=tp, pp=pp, microbatches=None, policy=policy)
@@ -137,3 +142,93 @@ def smallest_system(device: Device, model: Model, workload: Decode,
     trial = dataclasses.replace(workload, tp=chosen.tp, pp=chosen.pp, microbatches=None,
                                 policy=chosen.policy)
     return chosen, plan_system(device, model, trial)
+
+
+# The largest batch ------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class BatchCapacity:
+    """The largest batch one configuration holds, and how fast it decodes there.
+
+    ``batch`` is 0 when not even one sequence fits (``reason`` says why); ``time_per_token_s``
+    and ``tokens_per_s_total`` are then 0.
+    """
+
+    device: str
+    policy: str
+    tp: int
+    pp: int
+    context: int
+    batch: int
+    ep: int = 1
+    time_per_token_s: float = 0.0
+    tokens_per_s_total: float = 0.0
+    reason: str = ""
+
+    @property
+    def chips(self) -> int:
+        """Chips in the configuration."""
+        return self.tp * self.pp * self.ep
+
+    def to_dict(self) -> dict:
+        """Plain data."""
+        return {**dataclasses.asdict(self), "chips": self.chips}
+
+
+MAX_BATCH_LIMIT = 1 << 20        # sequences: the search stops here even if more would fit
+
+
+def max_batch(device: Device, model: Model, workload: Decode) -> BatchCapacity:
+    """The largest batch whose weights and KV caches (at ``workload.context`` plus the emulated
+    steps) fit ``workload.tp x pp x ep`` chips under the workload's policy (``auto``: the
+    device's own, without the fallback to ``tiered``), and the warm step's time per token at
+    that batch. ``workload.batch`` is ignored; under expert parallel the batch stays a
+    multiple of ``ep``.
+
+    Capacity is the plan's own check (placement rules, paging, padding and pipeline cuts
+    included); the KV cache grows linearly with the batch, so a bisection over the batch
+    finds the edge.
+    """
+    policy = device.layout.policy if workload.policy == "auto" else workload.policy
+    step = workload.ep
+
+    def plan_at(batch: int) -> SystemPlan | None:
+        trial = dataclasses.replace(workload, batch=batch, microbatches=None, policy=policy)
+        try:
+            return plan_system(device, model, trial)
+        except CapacityError:
+            return None
+
+    row = dict(device=device.name, policy=policy, tp=workload.tp, pp=workload.pp,
+               context=workload.context, ep=workload.ep)
+    if plan_at(step) is None:
+        return BatchCapacity(**row, batch=0, reason="one sequence does not fit")
+    fits, short = 1, 2                          # in units of ``step`` sequences
+    while short * step <= MAX_BATCH_LIMIT and plan_at(short * step) is not None:
+        fits, short = short, 2 * short
+    while short - fits > 1:
+        mid = (fits + short) // 2
+        fits, short = (mid, short) if plan_at(mid * step) is not None else (fits, mid)
+    batch = fits * step
+    report = run_system(plan_at(batch))
+    return BatchCapacity(**row, batch=batch, time_per_token_s=report.time_per_token,
+                         tokens_per_s_total=report.tokens_per_s_total)
+
+
+def max_batch_table(device: Device, model: Model, workload: Decode) -> list[BatchCapacity]:
+    """:func:`max_batch` per chip count: every tensor-parallel degree that shards the model
+    without padding, each on the fewest pipeline stages that hold one sequence, within the link
+    domain (``workload``'s ``batch``, ``tp``, ``pp`` and ``ep`` are ignored)."""
+    policy = device.layout.policy if workload.policy == "auto" else workload.policy
+    limit = _max_chips(device)
+    rows = []
+    for tp in tp_degrees(model, limit, tp_ranks_per_chip(device)):
+        one = dataclasses.replace(workload, batch=1, tp=tp, pp=1, ep=1, microbatches=None)
+        stages = _fewest_stages(device, model, one, policy, tp)
+        if stages is None:
+            rows.append(BatchCapacity(device.name, policy, tp, 1, workload.context, 0,
+                                      reason="one item (the embedding, a layer or the head) "
+                                             "alone overflows a chip"))
+        elif tp * stages <= limit:
+            rows.append(max_batch(device, model, dataclasses.replace(one, pp=stages)))
+    return rows

@@ -1,5 +1,8 @@
 """Where a model's bytes live: memory policies, placement rules, tensor-parallel shards, stages.
 
+Tensor parallel runs at any degree: widths the ranks do not divide are padded as AWS Neuron pads
+them (:func:`shard`), and the padding is stored, read and computed like the model's own.
+
 A *policy* gives every kind of tensor a default home tier (the device file names the device's
 own; ``policies(device)`` lists the others it supports). *Placement rules* then move chosen
 tensors, or a fraction of each, to other tiers: a selector names tensors and a target a tier,
@@ -143,7 +146,14 @@ def default_homes(device: Device, policy: str) -> tuple[str, str]:
 
 @dataclass(frozen=True)
 class Shard:
-    """What one chip of a tensor-parallel group holds of each layer."""
+    """What one chip of a tensor-parallel group holds of each layer.
+
+    ``heads``, ``kv_heads``, ``ffn`` and ``dense_ffn`` are this chip's widths after padding
+    (see :func:`shard`); the ``padded_*`` fields count what padding added over the whole group:
+    query heads, KV heads (replicas and padding) and FFN columns that hold zeros but are stored,
+    read and multiplied like the rest. ``ranks_per_chip`` is how many of the engine's
+    tensor-parallel ranks one chip runs (two NeuronCores per Inferentia2 chip).
+    """
 
     tp: int
     heads: int
@@ -151,42 +161,130 @@ class Shard:
     ffn: int
     vocab_rows: int
     dense_ffn: int = 0
+    ranks_per_chip: int = 1
+    padded_heads: int = 0
+    padded_kv_heads: int = 0
+    padded_ffn: int = 0
+    padded_dense_ffn: int = 0
 
     @property
     def q_per_kv(self) -> int:
         """Query heads sharing one KV head on this chip."""
         return self.heads // self.kv_heads
 
+    @property
+    def ranks(self) -> int:
+        """The engine's tensor-parallel degree: ranks over the whole group."""
+        return self.tp * self.ranks_per_chip
 
-def shard(model: Model, tp: int) -> Shard:
-    """Megatron-style shards: heads, KV heads (replicated when fewer than chips), FFN columns;
-    the vocabulary split in equal ranges, the last one padded."""
-    if model.heads % tp:
-        raise ConfigError(f"tensor parallel {tp} must divide the {model.heads} attention heads of "
-                          f"{model.name}", field="tp")
-    if model.kv_heads % tp and tp % model.kv_heads:
-        raise ConfigError(f"tensor parallel {tp} must divide the {model.kv_heads} KV heads of "
-                          f"{model.name} or be a multiple of them", field="tp")
-    dense_ffn = model.dense_ffn or model.ffn
-    for width in (model.ffn, dense_ffn):
-        if width % tp:
-            raise ConfigError(f"tensor parallel {tp} must divide the FFN width {width} of "
-                              f"{model.name}", field="tp")
-    return Shard(tp=tp, heads=model.heads // tp, kv_heads=max(1, model.kv_heads // tp),
-                 ffn=model.ffn // tp, vocab_rows=-(-model.vocab // tp),
-                 dense_ffn=dense_ffn // tp)
+    @property
+    def padded(self) -> bool:
+        """True when the group stores padding or replicas beyond plain division."""
+        return bool(self.padded_heads or self.padded_kv_heads or self.padded_ffn
+                    or self.padded_dense_ffn)
+
+    def describe(self, model: Model) -> str:
+        """One line for a report: what the padding adds, or ``""`` when nothing is padded."""
+        if not self.padded:
+            return ""
+        parts = []
+        if self.padded_heads:
+            parts.append(f"query heads {model.heads} -> {model.heads + self.padded_heads}")
+        if self.padded_kv_heads:
+            kv_heads = model.kv_heads + self.padded_kv_heads
+            how = ("padded with the query heads" if model.heads == model.kv_heads
+                   else "replicated, one per rank" if self.ranks % model.kv_heads == 0
+                   else "converted to multi-head, one per padded query head")
+            parts.append(f"KV heads {model.kv_heads} -> {kv_heads} ({how})")
+        widths = [(self.padded_ffn, model.ffn, "FFN")]
+        if model.is_moe and model.dense_ffn:
+            widths = [(self.padded_ffn, model.ffn, "expert FFN"),
+                      (self.padded_dense_ffn, model.dense_ffn, "dense FFN")]
+        parts += [f"{name} {width} -> {width + extra}" for extra, width, name in widths if extra]
+        ranks = (f"{self.ranks} ranks ({self.tp} chips x {self.ranks_per_chip})"
+                 if self.ranks_per_chip > 1 else f"{self.tp} chips")
+        return (f"tensor parallel over {ranks}: {', '.join(parts)}; padding and replicas are "
+                f"stored, read and computed like the model's own")
 
 
-def tp_degrees(model: Model, limit: int) -> list[int]:
-    """Tensor-parallel degrees up to ``limit`` that shard this model."""
-    found = []
-    for tp in range(1, limit + 1):
-        try:
-            shard(model, tp)
-        except ConfigError:
-            continue
-        found.append(tp)
-    return found
+def _round_up(n: int, multiple: int) -> int:
+    return -(-n // multiple) * multiple
+
+
+def group_kv_heads(heads: int, kv_heads: int, ranks: int) -> int:
+    """KV heads a tensor-parallel group of ``ranks`` stores, replicas and padding included.
+
+    The rule of AWS Neuron's NxD Inference (``get_shardable_head_counts``): KV heads that
+    ``ranks`` divides are split; when ``ranks`` is a multiple of them each rank holds one
+    replica (``REPLICATE_TO_TP_DEGREE``, what vLLM's ``QKVParallelLinear`` does too); otherwise
+    the attention becomes multi-head with one KV head per padded query head
+    (``CONVERT_TO_MHA``).
+    """
+    padded_heads = _round_up(heads, ranks)
+    if heads == kv_heads:
+        return padded_heads
+    if kv_heads % ranks == 0:
+        return kv_heads
+    if ranks % kv_heads == 0:
+        return ranks
+    return padded_heads
+
+
+def shard(model: Model, tp: int, ranks_per_chip: int = 1) -> Shard:
+    """Megatron-style shards over ``tp`` chips running ``ranks_per_chip`` ranks each: heads,
+    KV heads, FFN columns; the vocabulary split in equal ranges, the last one padded.
+
+    Widths that the ranks do not divide are padded as engines pad them, and the padding is
+    real bytes and real work on the chip:
+
+    - query heads up to a multiple of the ranks (NxD's ``get_number_of_extra_heads``: 64 heads
+      on 24 NeuronCores become 72, 3 per core);
+    - KV heads split, replicated or converted to multi-head as :func:`group_kv_heads` says;
+    - FFN columns (and an MoE model's dense FFN) up to a multiple of the ranks, zero columns of
+      gate and up and zero rows of down.
+
+    A width the ranks divide is split plainly, so every deployment vLLM or TRT-LLM accepts
+    shards as before (vLLM requires the ranks to divide the heads and replicates KV heads when
+    the ranks are a multiple of them).
+
+    Sources: [V] head padding and the KV rule: ``get_shardable_head_counts`` in
+    aws-neuron/neuronx-distributed-inference ``modules/attention/gqa.py`` (as adapted in
+    huggingface/optimum-neuron ``optimum/neuron/models/inference/backend/modules/attention/
+    gqa.py``) and ``get_number_of_extra_heads`` in neuronx_distributed
+    ``parallel_layers/pad.py``; [V] vLLM: ``QKVParallelLinear.__init__`` in
+    vllm-project/vllm ``vllm/model_executor/layers/linear.py`` (``divide(total_num_heads,
+    tp_size)``; one KV head with ``tp_size // total_num_kv_heads`` replicas when
+    ``tp_size >= total_num_kv_heads``); [E] FFN padding to a multiple of the ranks: zero
+    columns as users pad Qwen2-72B's 29568 for vLLM TP 8 (huggingface.co Qwen/Qwen2-72B-
+    Instruct-AWQ discussion 3); Neuron's own FFN rule was not found. The compiler's padding of
+    a shard to whole tiles is not counted: the walker reads a short last tile as it is.
+    """
+    ranks = tp * ranks_per_chip
+    dense_width = model.dense_ffn or model.ffn
+    heads = _round_up(model.heads, ranks)
+    kv_heads = group_kv_heads(model.heads, model.kv_heads, ranks)
+    ffn = _round_up(model.ffn, ranks)
+    dense_ffn = _round_up(dense_width, ranks)
+    return Shard(tp=tp, heads=heads // tp, kv_heads=kv_heads // tp, ffn=ffn // tp,
+                 vocab_rows=-(-model.vocab // ranks) * ranks_per_chip,
+                 dense_ffn=dense_ffn // tp, ranks_per_chip=ranks_per_chip,
+                 padded_heads=heads - model.heads, padded_kv_heads=kv_heads - model.kv_heads,
+                 padded_ffn=ffn - model.ffn,
+                 padded_dense_ffn=dense_ffn - dense_width if model.dense_ffn else 0)
+
+
+def divides(model: Model, ranks: int) -> bool:
+    """True when ``ranks`` shard the model without padding: they divide the heads and the FFN
+    widths, and divide the KV heads or are a multiple of them (the degrees vLLM accepts)."""
+    widths = (model.heads, model.ffn, model.dense_ffn or model.ffn)
+    return (all(w % ranks == 0 for w in widths)
+            and (model.kv_heads % ranks == 0 or ranks % model.kv_heads == 0))
+
+
+def tp_degrees(model: Model, limit: int, ranks_per_chip: int = 1) -> list[int]:
+    """Tensor-parallel degrees (chips) up to ``limit`` that shard this model without padding;
+    :func:`shard` pads any other."""
+    return [tp for tp in range(1, limit + 1) if divides(model, tp * ranks_per_chip)]
 
 
 def collective_steps(topology: str, chips: int) -> int:

@@ -366,31 +366,70 @@ def _check_chips(device: Device, workload: Decode) -> None:
                           f"ep={workload.ep}", file=device.file,
                           field="ep" if workload.ep > 1 else "tp")
     if workload.chips > device.link.max_chips:
+        ranks = tp_ranks_per_chip(device)
+        hint = (f"; tp counts chips, and each {device.name} chip runs {ranks} tensor-parallel "
+                f"ranks (one per {device.core_name}): {workload.tp} ranks are "
+                f"tp={workload.tp // ranks}" if ranks > 1 and workload.tp % ranks == 0 else "")
         raise ConfigError(f"tp x pp x ep = {workload.chips} chips exceeds the "
                           f"{device.link.max_chips} "
-                          f"chips one {device.name} link domain connects (link.max_chips)",
-                          file=device.file,
+                          f"chips one {device.name} link domain connects (link.max_chips)"
+                          f"{hint}", file=device.file,
                           field="tp" if workload.tp > device.link.max_chips else "pp")
 
 
+def tp_ranks_per_chip(device: Device) -> int:
+    """Tensor-parallel ranks one chip runs: its engine shards over cores when the device file's
+    link says so (``link.ranks_per_chip``; AWS Neuron runs one rank per NeuronCore, two per
+    Inferentia2 chip), else one rank per chip. Head and FFN padding follow the ranks."""
+    if device.link is None:
+        return 1
+    return getattr(device.link, "ranks_per_chip", 1)
+
+
 def _check_expert_parallel(model: Model, workload: Decode) -> None:
+    """Expert parallel composes with tensor parallel (``ep`` groups of ``tp`` chips); a
+    pipeline of expert-parallel groups is refused."""
     if workload.ep == 1:
         return
     if not model.is_moe:
         raise ConfigError(f"expert parallel needs an MoE model; {model.name} is dense",
                           field="ep")
-    if workload.tp > 1 or workload.pp > 1 or workload.microbatches > 1:
-        raise ConfigError("expert parallel combined with tensor or pipeline parallel (or "
-                          "microbatches) is not modelled yet; use ep alone", field="ep")
+    if workload.pp > 1 or workload.microbatches > 1:
+        raise ConfigError("expert parallel combined with pipeline stages (or microbatches) is "
+                          "not modelled yet: the step of side-by-side expert groups waits at "
+                          "every layer, a pipeline only at its stages; use ep with tp",
+                          field="ep")
     for what, count in (("experts", model.experts), ("batch", workload.batch)):
         if count % workload.ep:
             raise ConfigError(f"ep {workload.ep} must divide the {what} ({count})", field="ep")
 
 
+def fold_pipeline(model: Model, workload: Decode) -> Decode:
+    """The workload with a pipeline longer than the model folded into tensor parallel stages.
+
+    A pipeline has at most one stage per item (the embedding, each layer, the head). A ``pp``
+    above that states the chip count: ``tp x pp`` chips become ``tp * f`` chips per stage and
+    ``pp / f`` stages, with ``f`` the smallest factor of ``pp`` that leaves at most one stage
+    per item. GroqCloud's 576-chip Llama 2 70B is ``pp=576`` (8 chips per stage, 72 stages);
+    Cerebras' wafers, each larger than a layer, stay one wafer per stage. A ``microbatches``
+    left to its default is re-derived for the folded pipeline.
+    """
+    items = model.layers + 2
+    pp = workload.pp
+    if pp <= items:
+        return workload
+    fold = next(f for f in range(2, pp + 1) if pp % f == 0 and pp // f <= items)
+    default = dataclasses.replace(workload, microbatches=None).microbatches
+    microbatches = None if workload.microbatches == default else workload.microbatches
+    return dataclasses.replace(workload, tp=workload.tp * fold, pp=pp // fold,
+                               microbatches=microbatches)
+
+
 def _plan_policy(device: Device, model: Model, workload: Decode, policy: str) -> SystemPlan:
     _check_chips(device, workload)
+    workload = fold_pipeline(model, workload)
     _check_expert_parallel(model, workload)
-    sh = shard(model, workload.tp)
+    sh = shard(model, workload.tp, tp_ranks_per_chip(device))
     rules = parse_placement(workload.placement, device, model.layers)
     tile_n = workload.tile_n or device.tile_n
     final_tokens = workload.context + workload.steps * workload.new_tokens
@@ -414,8 +453,21 @@ def _plan_policy(device: Device, model: Model, workload: Decode, policy: str) ->
 def _plan_expert_parallel(device: Device, model: Model, workload: Decode, policy: str,
                           sh: Shard, placer: _Placer, tile_n: int,
                           final_tokens: int) -> SystemPlan:
-    """One plan per chip: each holds every layer's attention and its share of the batch, and
-    an equal share of every MoE layer's routed experts."""
+    """One plan per expert group of ``tp`` identical chips: each group holds every layer's
+    attention (tensor parallel over its chips) and its share of the batch (attention data
+    parallel across groups), and an equal share of every MoE layer's routed experts, each
+    expert's FFN split over the group's chips (expert tensor parallel).
+
+    This is SGLang's hybrid EP and TP (``--ep-size`` below ``--tp-size``, MoE tensor parallel
+    within each expert group; sgl-project/sglang PR #8590, v0.4.10) with DP attention
+    (``--enable-dp-attention``), and AWS Neuron vLLM's ``ep_degree < TP`` ("MoE layers use EP
+    for expert partitioning AND TP for intermediate sharding"). vLLM's default EP, whole
+    experts spread over every rank, is not modelled. Rank ``r`` of a group exchanges its
+    group's tokens with rank ``r`` of the others (the same all-to-all per rank as with one chip
+    per group, so a token crosses the link ``tp`` times; a modelling choice, not a published
+    schedule); the partial sums of the expert shards come back with the combine and are
+    completed by the group's all-reduce after the FFN.
+    """
     ep = workload.ep
     local = dataclasses.replace(workload, batch=workload.batch // ep)
     per_chip = model.experts // ep
@@ -434,7 +486,7 @@ def _plan_expert_parallel(device: Device, model: Model, workload: Decode, policy
 def _stage_starts(device: Device, placed: list[list[Tensor]], pp: int, policy: str) -> list[int]:
     """First item of each stage: equal bytes per stage when a balanced cut fits, else an even
     split of the items (the capacity check then says what is short, or the tiered policy
-    spills)."""
+    spills). ``pp`` is at most the items (:func:`fold_pipeline` folds a longer one)."""
     n_tiers = len(device.tiers)
     item_bytes = [tuple(sum(t.bytes_on(i) for t in item) for i in range(n_tiers))
                   for item in placed]
@@ -445,9 +497,6 @@ def _stage_starts(device: Device, placed: list[list[Tensor]], pp: int, policy: s
     cut = balanced_stages(item_bytes, capacity, pp)
     if cut is not None:
         return cut
-    if pp > len(placed):
-        raise ConfigError(f"pipeline stages ({pp}) exceed the model's {len(placed) - 2} layers "
-                          "plus the embedding and the head", field="pp")
     return [round(s * len(placed) / pp) for s in range(pp)]
 
 
