@@ -86,7 +86,9 @@ N_INT_COLS = 39
 F_PEAK = 0          # matrix operations/s the op runs at (whole chip)
 F_DEQUANT_OPS = 1   # vector operations per stored element to dequantize (0 when native)
 F_ACT_QUANT_OPS = 2  # vector operations per activation element to quantize it (0: 16-bit)
-N_FLOAT_COLS = 3
+F_LINK_S = 3        # collectives: the library's bandwidth time for the call (memsim.runtime)
+F_LINK_LATENCY_S = 4  # collectives: its latency (start-up and steps)
+N_FLOAT_COLS = 5
 
 # Columns of the per-op integer results.
 R_HITS = 0
@@ -908,15 +910,14 @@ def _vector_op(op, op_int, step, seed, vector_rate, tier_bandwidth, tier_latency
 
 
 @jit
-def _collective(op, op_int, vector_rate, link_bandwidth, link_latency_s, collective_s, n_tiers,
-                results, times):
+def _collective(op, op_int, op_float, n_tiers, results, times):
     """A bandwidth-optimal collective of one ``m x k`` activation buffer over ``C_CHIPS`` chips.
 
     The buffer is cut into one chunk per chip; each pass (reduce-scatter, all-gather) sends
     ``chips - 1`` chunks from every chip, so an all-reduce sends ``2 (chips - 1) / chips`` of the
-    buffer per chip. A pass waits for ``C_LINK_STEPS`` link latencies in sequence (the topology's
-    hops), the call for the library's fixed start-up (``collective_s``); a reduce-scatter adds
-    ``chips - 1`` chunks on the vector units, overlapped with the transfer.
+    buffer per chip, and a reduce-scatter adds ``chips - 1`` chunks on the vector units. Its time
+    is the library's for the call (``F_LINK_S``, ``F_LINK_LATENCY_S``: the protocol and
+    algorithm NCCL's tuner would pick, see :func:`memsim.runtime.collective_time`).
     """
     chips = op_int[op, C_CHIPS]
     passes = op_int[op, C_PASSES]
@@ -929,13 +930,8 @@ def _collective(op, op_int, vector_rate, link_bandwidth, link_latency_s, collect
     results[op, R_ACT_WRITTEN_BITS] += sent
     results[op, R_VECTOR_OPS] += adds
     results[op, R_WAVES] += passes * op_int[op, C_LINK_STEPS]
-    link_s = sent / 8.0 / link_bandwidth
-    add_s = adds / vector_rate
-    if link_s >= add_s:
-        times[op, n_tiers] += link_s
-    else:
-        times[op, n_tiers + 1] += add_s
-    times[op, n_tiers + 2] += passes * op_int[op, C_LINK_STEPS] * link_latency_s + collective_s
+    times[op, n_tiers] += op_float[op, F_LINK_S]
+    times[op, n_tiers + 2] += op_float[op, F_LINK_LATENCY_S]
 
 
 @jit
@@ -963,48 +959,67 @@ def _all_to_all(op, rows, op_int, link_bandwidth, link_latency_s, collective_s, 
 
 
 @jit
-def walk_step(op_int, op_float, step, seed, n_cores, vector_rate, launch_s, tier_bandwidth,
-              tier_latency_s, tier_granularity, link_bandwidth, link_latency_s, collective_s,
-              routes, arena, read_bits, written_bits, results, times):
+def walk_step(op_int, op_float, step, seed, n_cores, vector_rate, launch_s, host_launch_s,
+              tier_bandwidth, tier_latency_s, tier_granularity, link_bandwidth, link_latency_s,
+              collective_s, routes, arena, read_bits, written_bits, results, times):
     """Emulate decode step ``step`` (0-based) of the plan's ops, accumulating into the outputs.
 
     ``read_bits``/``written_bits`` are ``[op, tier]``; ``results`` is ``[op, R_*]``; ``times`` is
     ``[op, tier..., link, compute, latency, launch]`` in seconds. ``routes`` is the step's MoE
     route table (tokens per expert, rows each chip sends; see ``memsim.routing``). The residency
     state (``arena``, see :func:`new_arena`) carries over from one call to the next.
+
+    Each of an op's ``C_LAUNCHES`` kernels costs the device's dispatch gap ``launch_s``; a stack
+    that launches from the host without a captured graph also cannot run an op faster than its
+    host launches (``host_launch_s`` each, 0 when graphed): the launch column takes the rest.
     """
     n_tiers = tier_bandwidth.shape[0]
     wave_bits = np.zeros(n_tiers, dtype=np.int64)
     for op in range(op_int.shape[0]):
         kind = op_int[op, C_KIND]
         route = op_int[op, C_ROUTE]
-        times[op, n_tiers + 3] += launch_s * op_int[op, C_LAUNCHES]
-        if kind == OP_ALL_TO_ALL:
-            _all_to_all(op, routes[route, op_int[op, C_ROUTE_COL]], op_int, link_bandwidth,
-                        link_latency_s, collective_s, n_tiers, results, times)
-        elif kind == OP_MATMUL:
-            m = op_int[op, C_M] if route < 0 else routes[route, op_int[op, C_ROUTE_COL]]
-            if m > 0:
-                _matmul(op, m, op_int, op_float, n_cores, vector_rate, tier_bandwidth,
-                        tier_latency_s, arena, read_bits, written_bits, results, times,
-                        wave_bits)
-        elif kind == OP_ATTENTION:
-            _attention(op, op_int, op_float, step, n_cores, vector_rate, tier_bandwidth,
-                       tier_latency_s, tier_granularity, arena, read_bits, written_bits, results,
-                       times, wave_bits)
-        elif kind == OP_KV_APPEND:
-            _kv_append(op, op_int, step, n_cores, tier_bandwidth, tier_latency_s,
-                       tier_granularity, written_bits, results, times, wave_bits)
-        elif kind == OP_COLLECTIVE:
-            _collective(op, op_int, vector_rate, link_bandwidth, link_latency_s, collective_s,
-                        n_tiers, results, times)
-        elif kind == OP_SEND:
-            _send(op, op_int, link_bandwidth, link_latency_s, n_tiers, results, times)
-        else:
-            _vector_op(op, op_int, step, seed, vector_rate, tier_bandwidth, tier_latency_s,
-                       arena, read_bits, written_bits, results, times, wave_bits)
+        if kind == OP_MATMUL and route >= 0 and routes[route, op_int[op, C_ROUTE_COL]] == 0:
+            continue                    # an expert no token chose: no work, no launch
+        _walk_op(op, kind, route, op_int, op_float, step, seed, n_cores, vector_rate,
+                 tier_bandwidth, tier_latency_s, tier_granularity, link_bandwidth,
+                 link_latency_s, collective_s, routes, arena, read_bits, written_bits, results,
+                 times, wave_bits)
+        launches = op_int[op, C_LAUNCHES]
+        times[op, n_tiers + 3] += launch_s * launches
+        host_bound = host_launch_s * launches - times[op].sum()
+        if host_bound > 0.0:
+            times[op, n_tiers + 3] += host_bound
     for row in range(1, 1 + arena[0, S_TENSORS]):
         arena[row, T_PINNED_LOADED] = arena[row, T_LOADED_NOW]
+
+
+@jit
+def _walk_op(op, kind, route, op_int, op_float, step, seed, n_cores, vector_rate,
+             tier_bandwidth, tier_latency_s, tier_granularity, link_bandwidth, link_latency_s,
+             collective_s, routes, arena, read_bits, written_bits, results, times, wave_bits):
+    """One op of a step, by kind."""
+    n_tiers = tier_bandwidth.shape[0]
+    if kind == OP_ALL_TO_ALL:
+        _all_to_all(op, routes[route, op_int[op, C_ROUTE_COL]], op_int, link_bandwidth,
+                    link_latency_s, collective_s, n_tiers, results, times)
+    elif kind == OP_MATMUL:
+        m = op_int[op, C_M] if route < 0 else routes[route, op_int[op, C_ROUTE_COL]]
+        _matmul(op, m, op_int, op_float, n_cores, vector_rate, tier_bandwidth,
+                tier_latency_s, arena, read_bits, written_bits, results, times, wave_bits)
+    elif kind == OP_ATTENTION:
+        _attention(op, op_int, op_float, step, n_cores, vector_rate, tier_bandwidth,
+                   tier_latency_s, tier_granularity, arena, read_bits, written_bits, results,
+                   times, wave_bits)
+    elif kind == OP_KV_APPEND:
+        _kv_append(op, op_int, step, n_cores, tier_bandwidth, tier_latency_s,
+                   tier_granularity, written_bits, results, times, wave_bits)
+    elif kind == OP_COLLECTIVE:
+        _collective(op, op_int, op_float, n_tiers, results, times)
+    elif kind == OP_SEND:
+        _send(op, op_int, link_bandwidth, link_latency_s, n_tiers, results, times)
+    else:
+        _vector_op(op, op_int, step, seed, vector_rate, tier_bandwidth, tier_latency_s,
+                   arena, read_bits, written_bits, results, times, wave_bits)
 
 
 @jit

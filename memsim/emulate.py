@@ -13,6 +13,7 @@ from memsim.kernels import step as k
 from memsim.model import Model, model as catalog_model
 from memsim.plan import Plan, SystemPlan, plan_system
 from memsim.routing import Router
+from memsim.runtime import Runtime
 from memsim.report import ChipHoldings, Report, StepCounts, StepSummary, summarize
 from memsim.workload import Decode
 
@@ -66,7 +67,8 @@ def run_step(plan: Plan, residency: Residency, step: int,
     )
     dev = plan.device
     k.walk_step(plan.op_int, plan.op_float, step, plan.workload.seed, dev.cores,
-                dev.vector_ops_per_s, dev.op_launch_s, plan.tier_bandwidth, plan.tier_latency_s,
+                dev.vector_ops_per_s, plan.launch_s, plan.host_launch_s, plan.tier_bandwidth,
+                plan.tier_latency_s,
                 plan.tier_granularity, plan.link_bandwidth, plan.link_latency_s,
                 plan.collective_latency_s, routes,
                 residency.arena, counts.read_bits, counts.written_bits, counts.results,
@@ -118,6 +120,13 @@ def offset_tensors(plan: Plan, offset: int) -> Plan:
     has_tensor = op_int[:, k.C_TENSOR] >= 0
     op_int[has_tensor, k.C_TENSOR] += offset
     return replace(plan, op_int=op_int)
+
+
+def host_time_per_step(stack: Runtime) -> float:
+    """Host time a runtime adds to each step's critical path: its host work unless it overlaps
+    it with the device, and the replay of a captured graph."""
+    return ((0.0 if stack.host_overlap else stack.host_per_step_s)
+            + (stack.graph_launch_s if stack.graph else 0.0))
 
 
 def _concatenate(parts: list[StepCounts]) -> StepCounts:
@@ -186,6 +195,8 @@ class SystemRun:
         self.weight_ops = np.isin(self.op_int[:, k.C_KIND], (k.OP_EMBED, k.OP_NORM, k.OP_MATMUL))
         self.peer_ops = (self.op_int[:, k.C_KIND] == k.OP_EMBED) & (system.workload.tp > 1)
         self.energy = tuple(float(e) for e in stages[0].tier_energy_j_per_byte)
+        self.host_s = host_time_per_step(stages[0].runtime)
+        self.static_power_w = getattr(system.device, "idle_power_w", 0.0) * system.chips
         self.summaries: list[StepSummary] = []
         self.cold: StepCounts | None = None
         self.warm: StepCounts | None = None
@@ -209,7 +220,8 @@ class SystemRun:
                             link_energy_j_per_byte=dev.link.energy_j_per_byte if dev.link else 0.0,
                             peers=peers, peer_ops=self.peer_ops,
                             op_layer=self.op_int[:, k.C_LAYER] if system.parallel_stages
-                            else None)
+                            else None, op_kind=self.op_int[:, k.C_KIND],
+                            host_s=self.host_s, static_power_w=self.static_power_w)
         self.summaries.append(summary)
         self.cold = counts if self.cold is None else self.cold
         self.warm = counts

@@ -25,18 +25,19 @@ import numpy as np
 
 from memsim.device import Device
 from memsim.errors import CapacityError, ConfigError
+from memsim.checkpoints import weight_formats
 from memsim.formats import Format, get_format
 from memsim.kernels import step as k
 from memsim.layout import (PlacementRule, Shard, balanced_stages, collective_steps,
                            default_homes, parse_placement, policies, shard, spill_tier)
 from memsim.model import Model
-from memsim.precision import FLOAT16_TYPES, matmul_path, runtime_type
+from memsim.precision import FLOAT16_TYPES, MatmulPath, matmul_path, runtime_type
+from memsim.runtime import Runtime, collective_library, collective_time, runtime
 from memsim.routing import probabilities
 from memsim.units import format_quantity
 from memsim.workload import Decode
 
-TOKEN_ID_BITS = 32
-GEMV_VENDORS = ("NVIDIA", "AMD", "Apple")      # a sampled token id sent back to the first pipeline stage
+TOKEN_ID_BITS = 32      # a sampled token id sent back to the first pipeline stage
 
 
 @dataclass(frozen=True)
@@ -57,6 +58,7 @@ class Tensor:
     tier_bytes: tuple[tuple[int, int], ...]
     pinned: bool = False
     aliased: bool = False    # its storage is another tensor's (a tied LM head)
+    fmt: Format | None = None  # storage format (a weight's, per role; a KV cache's)
 
     @property
     def bytes(self) -> int:
@@ -88,10 +90,14 @@ class Plan:
     link_bandwidth: float             # bytes/s per direction (inf when there is no link)
     link_latency_s: float
     collective_latency_s: float       # fixed start-up of a collective call
+    runtime: Runtime                  # the software stack the step runs under
+    launch_s: float                   # device dispatch gap per kernel
+    host_launch_s: float              # host cost per kernel launch (0 under a captured graph)
     op_int: np.ndarray                # [op, k.C_*]
     op_float: np.ndarray              # [op, k.F_*]
     op_names: tuple[str, ...]
     op_microbatch: np.ndarray         # [op]: the microbatch an op works for
+    op_formats: tuple[str, ...]       # [op]: the storage format of the op's tensor (or data)
     tensors: tuple[Tensor, ...]
     residency: str                    # "lru" or "pinned", resolved
     lru_capacity_bits: int
@@ -172,14 +178,29 @@ def _stream_peak(device: Device, stream: Format) -> float:
     return device.peak(runtime_type(device, stream.compute)[0]) or device.matrix_peak
 
 
-def small_batch_gemv(device: Device) -> bool:
-    """Whether small-M matmuls may run as GEMVs on the vector units instead of padding M.
+def resolve_runtime(device: Device, workload: Decode) -> Runtime:
+    """The workload's software stack: its own, else the one the device file names, else the
+    vendor's compiled stack (``runtimes/vendor.toml``)."""
+    if isinstance(workload.runtime, Runtime):
+        return workload.runtime
+    if workload.runtime != "auto":
+        return runtime(workload.runtime)
+    return runtime(getattr(device, "runtime", None) or "vendor")
 
-    GPU stacks ship GEMV kernels for decode (cuBLAS gemv under PyTorch at M = 1, TRT-LLM's
-    fpA_intB GEMV, Marlin, llama.cpp's mmvq, MLX's qmv on Apple GPUs); weight-stationary systolic
-    arrays (TPU MXU, Neuron tensor engine, Gaudi MME, Groq MXM) pay the padding for real.
-    """
-    return device.vendor in GEMV_VENDORS
+
+def collective_seconds(stack: Runtime, device: Device, row: np.ndarray) -> tuple[float, float]:
+    """Bandwidth and latency time of the collective in op row ``row``, as the stack's library
+    runs it (:func:`memsim.runtime.collective_time`); a library without a tuning model of its own
+    also pays the device file's collective start-up (``link.collective_latency``)."""
+    link = device.link
+    kind = "all_reduce" if row[k.C_PASSES] == 2 else "all_gather"
+    message_bytes = -(-int(row[k.C_M]) * int(row[k.C_K]) * int(row[k.C_ACT_BITS]) // 8)
+    timed = collective_time(stack, kind, message_bytes, int(row[k.C_CHIPS]),
+                            getattr(link, "kind", "other"), link.bandwidth, link.latency_s,
+                            int(row[k.C_LINK_STEPS]))
+    start_up = (link.collective_latency_s
+                if collective_library(timed.library).model == "simple" else 0.0)
+    return timed.bandwidth_s, timed.latency_s + start_up
 
 
 def act_reuse_tiles(device: Device, tile_n: int) -> int:
@@ -236,7 +257,7 @@ class _Placer:
             if any(rule.matches(role, spec.layer, self.model.layers) for role in roles):
                 lo, hi, split = self._apply(spec, rule, default)
         return Tensor(spec.name, spec.kind, spec.role, spec.layer, lo, hi, split,
-                      self._tier_bytes(spec, lo, hi, split))
+                      self._tier_bytes(spec, lo, hi, split), fmt=spec.fmt)
 
     def _apply(self, spec: _Spec, rule: PlacementRule, default: int) -> tuple[int, int, int]:
         target = self.device.tier_index(rule.tier)
@@ -286,45 +307,64 @@ def _item_specs(model: Model, workload: Decode, sh: Shard, tile_n: int, final_to
     head (final norm and LM head). KV specs cover ``sequences`` sequences; an MoE layer holds
     the routed ``experts`` (all of them unless given) and the shared ones."""
     experts = range(model.experts) if experts is None else experts
-    wfmt = get_format(workload.weights)
+    formats = weight_formats(workload.weights)
+    n_experts = model.experts if model.is_moe else 0
     act = stream_format(workload)
     h, hd = model.hidden, model.head_dim
     row_bits = kv_row_bits(model, get_format(workload.kv))
     blocks = -(-final_tokens // workload.kv_block)
 
-    def weight(role: str, layer: int, n: int, kk: int, name: str = "") -> _Spec:
+    def fmt(stored_as: str, layer: int, full_k: int) -> Format:
+        """The checkpoint's format of a tensor (``full_k``: its unsharded row length)."""
+        return formats.for_tensor(stored_as, layer, model.layers, n_experts=n_experts,
+                                  tied=model.tied_embeddings, k=full_k)
+
+    def weight(role: str, layer: int, n: int, kk: int, name: str = "", stored_as: str = "",
+               full_k: int = 0) -> _Spec:
         name = name or (f"{role}.{layer}" if layer >= 0 else role)
-        return _Spec(name, "weight", role, layer, wfmt, n, kk, -(-n // tile_n))
+        return _Spec(name, "weight", role, layer, fmt(stored_as or role, layer, full_k or h),
+                     n, kk, -(-n // tile_n))
+
+    def qkv(layer: int) -> list[_Spec]:
+        if not formats.qkv_split(layer, model.layers, n_experts=n_experts, k=h):
+            return [weight("qkv", layer, (sh.heads + 2 * sh.kv_heads) * hd, h)]
+        return [weight("qkv", layer, heads * hd, h, name=f"{part}.{layer}", stored_as=part)
+                for part, heads in (("q", sh.heads), ("k", sh.kv_heads), ("v", sh.kv_heads))]
 
     def norm(role: str, layer: int) -> _Spec:
         name = f"{role}.{layer}" if layer >= 0 else role
         return _Spec(name, "weight", role, layer, act, 1, h, 1)
 
-    items = [[_Spec("embedding", "weight", "embedding", -1, wfmt, sh.vocab_rows, h,
-                    sh.vocab_rows)]]
+    items = [[_Spec("embedding", "weight", "embedding", -1, fmt("embedding", -1, h),
+                    sh.vocab_rows, h, sh.vocab_rows)]]
     for layer in range(model.layers):
         item = [
             norm("attn_norm", layer),
-            weight("qkv", layer, (sh.heads + 2 * sh.kv_heads) * hd, h),
+            *qkv(layer),
             _Spec(f"kv.{layer}", "kv", "kv", layer, get_format(workload.kv), blocks, row_bits,
                   blocks, sequences * sh.kv_heads),
-            weight("o_proj", layer, h, sh.heads * hd),
+            weight("o_proj", layer, h, sh.heads * hd, full_k=model.heads * hd),
             norm("ffn_norm", layer),
         ]
         if model.is_moe_layer(layer):
             item.append(weight("router", layer, model.experts, h))
             for e in experts:
                 for name, n, kk in (("gate", sh.ffn, h), ("up", sh.ffn, h), ("down", h, sh.ffn)):
-                    spec = weight("experts", layer, n, kk, name=f"expert_{name}.{layer}.{e}")
+                    spec = weight("experts", layer, n, kk, name=f"expert_{name}.{layer}.{e}",
+                                  stored_as=f"expert_{name}",
+                                  full_k=model.ffn if name == "down" else h)
                     item.append(dataclasses.replace(spec, expert=e))
             for i in range(model.shared_experts):
                 for name, n, kk in (("gate", sh.ffn, h), ("up", sh.ffn, h), ("down", h, sh.ffn)):
                     item.append(weight("shared_experts", layer, n, kk,
-                                       name=f"shared_{name}.{layer}.{i}"))
+                                       name=f"shared_{name}.{layer}.{i}",
+                                       stored_as=f"shared_{name}",
+                                       full_k=model.ffn if name == "down" else h))
         else:
             width = sh.dense_ffn if model.is_moe else sh.ffn
+            full_width = (model.dense_ffn or model.ffn) if model.is_moe else model.ffn
             item += [weight("gate", layer, width, h), weight("up", layer, width, h),
-                     weight("down", layer, h, width)]
+                     weight("down", layer, h, width, full_k=full_width)]
         items.append(item)
     head = [norm("final_norm", -1), weight("lm_head", -1, sh.vocab_rows, h)]
     for i in range(workload.draft_heads):
@@ -505,10 +545,11 @@ def _plan_stage(device: Device, model: Model, workload: Decode, policy: str, sh:
                 stages: int, *, expert_chip: int = -1, token_base: int = 0,
                 step_tokens: int = 0) -> Plan:
     """One stage's (or, under expert parallel, one chip's) tensors and op table."""
-    wfmt = get_format(workload.weights)
     kvfmt = get_format(workload.kv)
     act = stream_format(workload)
-    path = matmul_path(device, wfmt, get_format(workload.activations))
+    act_in = get_format(workload.activations)
+    stack = resolve_runtime(device, workload)
+    fusion = stack.fusion
     tile_k = workload.tile_k or device.tile_k
     tile_n = workload.tile_n or device.tile_n
     tiers = device.tiers
@@ -552,8 +593,10 @@ def _plan_stage(device: Device, model: Model, workload: Decode, policy: str, sh:
     _check_capacity(device, model, workload, tensors, stage, stages)
 
     rows: list[list[int]] = []
-    floats: list[tuple[float, float, float]] = []
+    floats: list[tuple[float, ...]] = []
     op_names: list[str] = []
+    op_formats: list[str] = []
+    paths: dict[str, MatmulPath] = {}
     op_micro: list[int] = []
     micro = 0
 
@@ -568,7 +611,7 @@ def _plan_stage(device: Device, model: Model, workload: Decode, policy: str, sh:
                           (k.C_ROWS_HERE, sh.vocab_rows), (k.C_LINK_STEPS, steps_per_pass),
                           (k.C_STEP_TOKENS, step_tokens or workload.batch * workload.new_tokens),
                           (k.C_ROUTE, -1), (k.C_LAUNCHES, 1),
-                          (k.C_GEMV, int(small_batch_gemv(device))),
+                          (k.C_GEMV, int(stack.small_batch_gemv)),
                           (k.C_ACT_REUSE, act_reuse_tiles(device, tile_n))):
         template[column] = value
     format_params: dict[tuple[str, int], tuple[int, ...]] = {}
@@ -600,30 +643,38 @@ def _plan_stage(device: Device, model: Model, workload: Decode, policy: str, sh:
         row[k.C_PASSES] = passes
         row[k.C_TOKEN_BASE] = token_base + micro * m_rows
         rows.append(row)
-        floats.append((peak, dequant, act_quant))
+        floats.append((peak, dequant, act_quant, 0.0, 0.0))
         op_names.append(name)
+        op_formats.append(fmt.name)
         op_micro.append(micro)
         return row
 
     def matmul(name: str, layer: int, kk: int, n: int, tensor: str = "",
-               rows: int = 0) -> list[int]:
-        return add_op(name, k.OP_MATMUL, layer,
-               index[tensor or (f"{name}.{layer}" if layer >= 0 else name)], wfmt,
-               m=rows or m_rows, kk=kk, n=n, peak=path.peak_ops_per_s,
-               dequant=path.dequant_ops_per_weight, act_quant=path.act_quant_ops_per_element,
-               act_bits=matmul_act_bits)
+               rows: int = 0, launches: int = 1) -> list[int]:
+        tensor_id = index[tensor or (f"{name}.{layer}" if layer >= 0 else name)]
+        fmt = tensors[tensor_id].fmt
+        path = paths.get(fmt.name)
+        if path is None:
+            path = paths[fmt.name] = matmul_path(device, fmt, act_in)
+        act_bits = act_in.element_bits if path.act_quant_ops_per_element else act.element_bits
+        row = add_op(name, k.OP_MATMUL, layer, tensor_id, fmt, m=rows or m_rows, kk=kk, n=n,
+                     peak=path.peak_ops_per_s, dequant=path.dequant_ops_per_weight,
+                     act_quant=path.act_quant_ops_per_element, act_bits=act_bits)
+        row[k.C_LAUNCHES] = launches
+        return row
 
-    def norm(name: str, layer: int) -> None:
-        add_op(name, k.OP_NORM, layer, index[f"{name}.{layer}" if layer >= 0 else name], act,
-               m=m_rows, kk=model.hidden)
+    def norm(name: str, layer: int, launches: int) -> None:
+        row = add_op(name, k.OP_NORM, layer, index[f"{name}.{layer}" if layer >= 0 else name],
+                     act, m=m_rows, kk=model.hidden)
+        row[k.C_LAUNCHES] = launches
 
     def all_reduce(name: str, layer: int, width: int, passes: int = 2) -> None:
         if sh.tp > 1:
-            add_op(name, k.OP_COLLECTIVE, layer, -1, act, m=m_rows, kk=width, chips=sh.tp,
-                   passes=passes)
+            row = add_op(name, k.OP_COLLECTIVE, layer, -1, act, m=m_rows, kk=width,
+                         chips=sh.tp, passes=passes)
+            floats[-1] = floats[-1][:3] + collective_seconds(stack, device, row)
 
-    matmul_act_bits = (get_format(workload.activations).element_bits
-                       if path.act_quant_ops_per_element else act.element_bits)
+    residual_adds = 0 if fusion.fused_norm_residual else 1
     h, hd = model.hidden, model.head_dim
     a2a_steps = collective_steps(link.topology, workload.ep) if link else 0
 
@@ -632,22 +683,23 @@ def _plan_stage(device: Device, model: Model, workload: Decode, policy: str, sh:
         kernel: two launches for all experts, paid by the router), then the shared experts."""
         route = (layer - model.dense_layers) * workload.microbatches + micro
         local = [s for s in items_experts if s.layer == layer and s.name.startswith("expert_")]
-        router = matmul("router", layer, h, model.experts)
-        router[k.C_LAUNCHES] = 1 + (2 if local else 0)
+        router = matmul("router", layer, h, model.experts,
+                        launches=1 + (2 if local and fusion.fused_moe else 0))
         if expert_chip >= 0:
             exchange("moe_dispatch", layer, route)
         for spec in local:
             part = spec.name.split(".")[0]
             kk, n = (sh.ffn, h) if part == "expert_down" else (h, sh.ffn)
-            row = matmul(part, layer, kk, n, tensor=spec.name)
+            row = matmul(part, layer, kk, n, tensor=spec.name,
+                         launches=0 if fusion.fused_moe else 1)
             row[k.C_ROUTE] = route
             row[k.C_ROUTE_COL] = spec.expert
-            row[k.C_LAUNCHES] = 0
         if expert_chip >= 0:
             exchange("moe_combine", layer, route)
         for i in range(model.shared_experts):
             matmul("shared_gate", layer, h, sh.ffn, tensor=f"shared_gate.{layer}.{i}")
-            matmul("shared_up", layer, h, sh.ffn, tensor=f"shared_up.{layer}.{i}")
+            matmul("shared_up", layer, h, sh.ffn, tensor=f"shared_up.{layer}.{i}",
+                   launches=0 if fusion.fused_gate_up else 1)
             matmul("shared_down", layer, sh.ffn, h, tensor=f"shared_down.{layer}.{i}")
 
     def exchange(name: str, layer: int, route: int) -> None:
@@ -662,32 +714,38 @@ def _plan_stage(device: Device, model: Model, workload: Decode, policy: str, sh:
         suffix = f".mb{micro}" if micro else ""
         for item_no in range(first_item, first_item + len(items)):
             if item_no == 0:
-                add_op("embed", k.OP_EMBED, -1, index["embedding"], wfmt, m=m_rows, kk=h,
-                       n=model.vocab)
+                add_op("embed", k.OP_EMBED, -1, index["embedding"],
+                       tensors[index["embedding"]].fmt, m=m_rows, kk=h, n=model.vocab)
                 all_reduce("embed_allreduce", -1, h)
             elif item_no <= model.layers:
                 layer = item_no - 1
                 if micro == 0:
                     layers.append(layer)
                 kv = index[f"kv.{layer}{suffix}"]
-                norm("attn_norm", layer)
-                matmul("qkv", layer, h, (sh.heads + 2 * sh.kv_heads) * hd)
-                add_op("kv_append", k.OP_KV_APPEND, layer, kv, kvfmt, kk=hd)
+                norm("attn_norm", layer, 1 + residual_adds + fusion.extra_kernels_per_layer)
+                if f"qkv.{layer}" in index:
+                    matmul("qkv", layer, h, (sh.heads + 2 * sh.kv_heads) * hd,
+                           launches=1 if fusion.fused_qkv else 3)
+                else:           # q, k and v stored in different formats: three matmuls
+                    for part, heads in (("q", sh.heads), ("k", sh.kv_heads), ("v", sh.kv_heads)):
+                        matmul(part, layer, h, heads * hd, tensor=f"{part}.{layer}")
+                append = add_op("kv_append", k.OP_KV_APPEND, layer, kv, kvfmt, kk=hd)
+                append[k.C_LAUNCHES] = 0 if fusion.fused_attention_prologue else 1
                 add_op("attention", k.OP_ATTENTION, layer, kv, kvfmt, kk=hd, peak=act_peak,
                        dequant=kv_dequant)
                 matmul("o_proj", layer, sh.heads * hd, h)
                 all_reduce("attn_allreduce", layer, h)
-                norm("ffn_norm", layer)
+                norm("ffn_norm", layer, 1 + residual_adds)
                 if model.is_moe_layer(layer):
                     moe(layer)
                 else:
                     width = sh.dense_ffn if model.is_moe else sh.ffn
                     matmul("gate", layer, h, width)
-                    matmul("up", layer, h, width)
+                    matmul("up", layer, h, width, launches=0 if fusion.fused_gate_up else 1)
                     matmul("down", layer, width, h)
                 all_reduce("ffn_allreduce", layer, h)
             else:
-                norm("final_norm", -1)
+                norm("final_norm", -1, 1)
                 matmul("lm_head", -1, h, sh.vocab_rows)
                 all_reduce("logits_allgather", -1, sh.vocab_rows * sh.tp, passes=1)
                 for i in range(workload.draft_heads):     # on the last accepted position only
@@ -722,8 +780,11 @@ def _plan_stage(device: Device, model: Model, workload: Decode, policy: str, sh:
         link_bandwidth=link.bandwidth if link else math.inf,
         link_latency_s=link.latency_s if link else 0.0,
         collective_latency_s=link.collective_latency_s if link else 0.0,
+        runtime=stack, launch_s=device.op_launch_s,
+        host_launch_s=0.0 if stack.graph else stack.launch_s,
         op_int=op_int, op_float=np.array(floats, dtype=np.float64).reshape(-1, k.N_FLOAT_COLS),
         op_names=tuple(op_names), op_microbatch=np.array(op_micro, dtype=np.int64),
+        op_formats=tuple(op_formats),
         tensors=tuple(tensors), residency=residency, lru_capacity_bits=lru_capacity_bits,
         max_lru_entries=_max_lru_entries(op_int, tensors, lru_capacity_bits, workload, tiers),
         spilled=spilled,
@@ -885,15 +946,19 @@ def is_timing_path(path: str) -> bool:
 def retarget(system: SystemPlan, device: Device) -> SystemPlan:
     """The same plan on a device that differs from the plan's only in timing figures."""
     workload = system.workload
-    path = matmul_path(device, get_format(workload.weights), get_format(workload.activations))
+    act_in = get_format(workload.activations)
     act_peak = _stream_peak(device, stream_format(workload))
     tiers, link = device.tiers, device.link
     stages = []
     for plan in system.stages:
         op_float = plan.op_float.copy()
         kinds = plan.op_int[:, k.C_KIND]
-        op_float[kinds == k.OP_MATMUL, k.F_PEAK] = path.peak_ops_per_s
-        op_float[kinds == k.OP_MATMUL, k.F_DEQUANT_OPS] = path.dequant_ops_per_weight
+        for op in np.flatnonzero(kinds == k.OP_MATMUL):
+            path = matmul_path(device, get_format(plan.op_formats[op]), act_in)
+            op_float[op, k.F_PEAK] = path.peak_ops_per_s
+            op_float[op, k.F_DEQUANT_OPS] = path.dequant_ops_per_weight
+        for op in np.flatnonzero(kinds == k.OP_COLLECTIVE):
+            op_float[op, k.F_LINK_S:] = collective_seconds(plan.runtime, device, plan.op_int[op])
         op_float[kinds == k.OP_ATTENTION, k.F_PEAK] = act_peak
         stages.append(dataclasses.replace(
             plan, device=device, op_float=op_float,
@@ -903,5 +968,6 @@ def retarget(system: SystemPlan, device: Device) -> SystemPlan:
                                             dtype=np.float64),
             link_bandwidth=link.bandwidth if link else math.inf,
             link_latency_s=link.latency_s if link else 0.0,
-            collective_latency_s=link.collective_latency_s if link else 0.0))
+            collective_latency_s=link.collective_latency_s if link else 0.0,
+            launch_s=device.op_launch_s))
     return dataclasses.replace(system, device=device, stages=tuple(stages))

@@ -86,8 +86,14 @@ class StepSummary:
 
     ``time_s`` is the step's critical path through the pipeline: the longer of one
     microbatch's way through every stage and the busiest stage's work for all microbatches
-    (equal to the sum of every op's time on one chip without pipelining). ``time_by_bound``
-    splits the ops on that path by what bound them.
+    (equal to the sum of every op's time on one chip without pipelining), plus the runtime's
+    host time per step where it is not overlapped. ``time_by_bound`` splits that time by what
+    bound each op (``host``: the runtime's host work); ``time_split`` by what the time was
+    spent on: ``weights`` (embedding, norms, matmuls), ``kv`` (attention and KV appends),
+    ``collectives`` (collectives, pipeline hand-offs, all-to-all), ``launch`` (kernel launches),
+    ``host`` and ``pipeline_idle`` (the step less the average chip's own work: bubbles).
+    ``energy_j`` is the dynamic energy of bytes and operations plus ``static_energy_j``, every
+    chip's static power over the step.
     """
 
     step: int
@@ -110,6 +116,8 @@ class StepSummary:
     time_s: float
     time_by_bound: dict[str, float]
     energy_j: float
+    time_split: dict[str, float] = field(default_factory=dict)
+    static_energy_j: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data."""
@@ -444,7 +452,8 @@ def summarize(counts: StepCounts, tier_names: tuple[str, ...], energy_j_per_byte
               weight_ops: np.ndarray, tp: int = 1, link_energy_j_per_byte: float = 0.0,
               peers: StepCounts | None = None,
               peer_ops: np.ndarray | None = None,
-              op_layer: np.ndarray | None = None) -> StepSummary:
+              op_layer: np.ndarray | None = None, op_kind: np.ndarray | None = None,
+              host_s: float = 0.0, static_power_w: float = 0.0) -> StepSummary:
     """Totals of one step's counters: per chip of each stage, and over the system (``tp``
     chips per stage); bytes summed from per-op whole bytes.
 
@@ -455,6 +464,8 @@ def summarize(counts: StepCounts, tier_names: tuple[str, ...], energy_j_per_byte
 
     With ``op_layer`` the stages are chips working side by side (expert parallel) that wait for
     each other at every layer: the step is the sum over layers of the slowest chip's time.
+    ``host_s`` is the runtime's host time on the critical path per step; ``static_power_w`` the
+    whole system's static power, W.
     """
     read_ops = _bytes(counts.read_bits)
     written_ops = _bytes(counts.written_bits)
@@ -489,8 +500,11 @@ def summarize(counts: StepCounts, tier_names: tuple[str, ...], energy_j_per_byte
         else:
             critical = op_stage == int(np.argmax(work))
         step_time = float(max(path.max(), work.max()))
+    step_time += host_s
     by_column = counts.times[critical].sum(axis=0)
     labels = _bound_labels(tier_names)
+    time_split = _time_split(counts.times, critical, op_kind, step_time, host_s,
+                             float(work.mean()))
 
     if peers is None or peer_ops is None:
         own = np.zeros(len(read_ops), dtype=bool)
@@ -515,6 +529,7 @@ def summarize(counts: StepCounts, tier_names: tuple[str, ...], energy_j_per_byte
     energy += (act_read + act_written) * energy_j_per_byte[0]
     energy += link * link_energy_j_per_byte
     energy += (int(results[k.R_FLOPS]) + int(results[k.R_VECTOR_OPS])) * energy_j_per_flop
+    static_energy = static_power_w * step_time
     return StepSummary(
         step=counts.step,
         bytes_read=per_tier(read), bytes_written=per_tier(written),
@@ -530,9 +545,28 @@ def summarize(counts: StepCounts, tier_names: tuple[str, ...], energy_j_per_byte
                              _bytes(peer_results[:, k.R_HIT_BITS]))),
         flops=int(results[k.R_FLOPS]), vector_ops=int(results[k.R_VECTOR_OPS]),
         time_s=step_time,
-        time_by_bound={label: float(by_column[i]) for i, label in enumerate(labels)},
-        energy_j=float(energy),
+        time_by_bound={**{label: float(by_column[i]) for i, label in enumerate(labels)},
+                       "host": host_s},
+        energy_j=float(energy + static_energy), time_split=time_split,
+        static_energy_j=float(static_energy),
     )
+
+
+def _time_split(times: np.ndarray, critical: np.ndarray, op_kind: np.ndarray | None,
+                step_time: float, host_s: float, mean_work_s: float) -> dict[str, float]:
+    """What the critical path's time went to (see :class:`StepSummary`)."""
+    launch = times[critical, -1].sum()
+    work = times[:, :-1].sum(axis=1)
+    split = {"weights": 0.0, "kv": 0.0, "collectives": 0.0, "launch": float(launch),
+             "host": host_s, "pipeline_idle": max(0.0, step_time - host_s - mean_work_s)}
+    if op_kind is None:
+        split["weights"] = float(work[critical].sum())
+        return split
+    for name, kinds in (("weights", (k.OP_EMBED, k.OP_NORM, k.OP_MATMUL)),
+                        ("kv", (k.OP_ATTENTION, k.OP_KV_APPEND)),
+                        ("collectives", (k.OP_COLLECTIVE, k.OP_SEND, k.OP_ALL_TO_ALL))):
+        split[name] = float(work[critical & np.isin(op_kind, kinds)].sum())
+    return split
 
 
 def _group_rows(rows: tuple[OpRow, ...]) -> list[OpRow]:

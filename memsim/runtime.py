@@ -149,6 +149,7 @@ class Runtime:
     sources: tuple[tuple[str, str], ...]
     file: str
     data: dict[str, Any] = field(repr=False, compare=False, hash=False)
+    small_batch_gemv: bool = False    # small-M matmuls run as GEMVs on the vector units
 
     def source(self, field_path: str) -> str | None:
         """The cited source of a figure, by dotted path (``"launch"``, ``"fusion.fused_qkv"``)."""
@@ -209,7 +210,7 @@ def _set_path(data: dict, path: str, value: Any, *, file: str) -> None:
 
 _TOP_REQUIRED = ("schema_version", "name", "description", "graph", "launch", "graph_launch",
                  "host_per_step", "host_overlap", "fusion", "collective", "speculative")
-_TOP_OPTIONAL = ("sources",)
+_TOP_OPTIONAL = ("sources", "small_batch_gemv")
 _FUSION_KEYS = ("fused_qkv", "fused_gate_up", "fused_norm_residual", "fused_moe",
                 "extra_kernels_per_layer", "attention_split")
 _CUSTOM_KEYS = ("custom_allreduce_max_bytes", "custom_allreduce_chips", "custom_allreduce_links",
@@ -333,6 +334,8 @@ def parse_runtime(data: Mapping[str, Any], *, file: str) -> Runtime:
         sources=tuple((str(k), str(v)) for k, v in sources.items()),
         file=file,
         data=copy.deepcopy(dict(data)),
+        small_batch_gemv=require_bool(data.get("small_batch_gemv", False), file=file,
+                                      field="small_batch_gemv"),
     )
 
 
@@ -385,6 +388,7 @@ class CollectiveLibrary:
     sources: tuple[tuple[str, str], ...]
     file: str
     data: dict[str, Any] = field(repr=False, compare=False, hash=False)
+    small_batch_gemv: bool = False    # small-M matmuls run as GEMVs on the vector units
 
 
 def _algo_proto_table(table: Any, *, file: str, field: str, dimension: str) -> dict[str, float]:

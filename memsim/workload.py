@@ -7,35 +7,29 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
+import numpy as np
+
+from memsim.checkpoints import usual_activations, weight_formats
 from memsim.errors import ConfigError
 from memsim.formats import get_format
 from memsim.routing import parse_routing
+from memsim.runtime import Runtime, runtime_names
 
 RESIDENCY_POLICIES = ("auto", "lru", "pinned")
-ACTIVATION_FORMATS = ("bf16", "fp16", "fp32", "fp8-e4m3", "fp8-e5m2", "nvfp4", "mxfp8")
-
-
-def usual_activations(weights: str) -> str:
-    """The activation type a checkpoint of ``weights`` usually runs with.
-
-    FP8 checkpoints (NVIDIA ModelOpt / llm-compressor FP8) quantize activations to FP8 E4M3 per
-    tensor; NVFP4 checkpoints (ModelOpt NVFP4) quantize them to NVFP4; MXFP8 runs MXFP8 x MXFP8;
-    every integer format (int8, int4-gN, llama.cpp's) is weight-only and keeps 16-bit activations.
-    """
-    compute = get_format(weights, field="weights").compute
-    if compute == "fp8":
-        return "mxfp8" if weights == "mxfp8" else "fp8-e4m3"
-    if weights == "nvfp4":
-        return "nvfp4"
-    if compute in ("fp16", "fp32"):
-        return compute
-    return "bf16"
+ACTIVATION_FORMATS = ("bf16", "fp16", "fp32", "fp8-e4m3", "fp8-e5m2", "fp8-e4m3-b128", "mxfp8", "nvfp4")
+INT64_MAX = 2**63 - 1
 POLICY_CHOICES = ("auto", "hbm-centric", "sram-resident", "hybrid", "tiered", "weight-streaming")
 
 
-def _positive_int(value: Any, field: str, *, minimum: int = 1) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+def _positive_int(value: Any, field: str, *, minimum: int = 1,
+                  maximum: int = INT64_MAX) -> int:
+    """The value as a Python int when it is an integer (numpy's too) in [minimum, maximum]."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
         raise ConfigError(f"expected an integer >= {minimum}, got {value!r}", field=field)
+    if not minimum <= int(value) <= maximum:
+        raise ConfigError(f"expected an integer in [{minimum}, {maximum}], got {value!r}",
+                          field=field)
+    return int(value)
 
 
 @dataclass(frozen=True)
@@ -46,7 +40,11 @@ class Decode:
     ----------
     batch : sequences decoded together.
     context : tokens already in each sequence's KV cache when the first emulated step starts.
-    weights, kv : storage formats (see ``memsim formats``).
+    weights : what the checkpoint stores (:func:`memsim.checkpoints.weight_formats`): a format
+        name whose checkpoints' per-role defaults apply (``int4-g128`` keeps the embedding and
+        LM head in BF16 as GPTQ/AWQ do), a llama.cpp mixture (``q4_k_m``), role overrides
+        (``int4-g128,lm_head=int4-g128``) or ``uniform:FORMAT``; kept as its canonical text.
+    kv : KV-cache storage format (see ``memsim formats``).
     activations : the type matmuls take their activations in: ``auto`` takes the weights'
         usual one (:func:`usual_activations`: FP8 checkpoints run W8A8, NVFP4 W4A4, integer
         weight-only formats W4A16/W8A16); a quantized type quantizes each matmul's input, while
@@ -74,6 +72,9 @@ class Decode:
         :mod:`memsim.routing`).
     draft_heads : self-drafting heads (Medusa style) run after the LM head on each sequence's
         last position: each a residual block (hidden x hidden) and its own vocabulary projection.
+    runtime : the software stack (``runtimes/*.toml``, ``memsim.runtime``): a name, a
+        :class:`~memsim.runtime.Runtime` (a what-if), or ``auto`` for the one the device file
+        names (``vendor`` when it names none).
     placement : ``{selector: tier}`` overrides, applied in order, e.g. ``{"kv": "cxl"}``,
         ``{"weights[40:80]": "cxl"}``, ``{"weights": "cxl:0.3"}`` (the last 30% of each weight's
         column tiles; for a KV cache, its oldest blocks). See :mod:`memsim.layout`.
@@ -99,20 +100,20 @@ class Decode:
     draft_heads: int = 0
     ep: int = 1
     routing: str = "uniform"
+    runtime: Any = "auto"
 
     def __post_init__(self) -> None:
-        _positive_int(self.batch, "batch")
-        _positive_int(self.context, "context", minimum=0)
-        _positive_int(self.steps, "steps")
-        _positive_int(self.new_tokens, "new_tokens")
-        _positive_int(self.kv_block, "kv_block")
-        _positive_int(self.seed, "seed", minimum=0)
-        for name in ("tile_k", "tile_n"):
-            if getattr(self, name) is not None:
-                _positive_int(getattr(self, name), name)
+        minimums = {"context": 0, "seed": 0, "draft_heads": 0}
+        for name in ("batch", "context", "steps", "new_tokens", "kv_block", "seed", "tp", "pp",
+                     "ep", "draft_heads") + tuple(n for n in ("tile_k", "tile_n", "microbatches")
+                                                 if getattr(self, n) is not None):
+            object.__setattr__(self, name, _positive_int(getattr(self, name), name,
+                                                         minimum=minimums.get(name, 1)))
+        object.__setattr__(self, "weights", weight_formats(self.weights, field="weights").name)
         if self.activations == "auto":
-            object.__setattr__(self, "activations", usual_activations(self.weights))
-        for name in ("weights", "kv", "activations"):
+            object.__setattr__(self, "activations",
+                               usual_activations(weight_formats(self.weights).base))
+        for name in ("kv", "activations"):
             get_format(getattr(self, name), field=name)
         if get_format(self.activations).name not in ACTIVATION_FORMATS:
             raise ConfigError(f"expected activations in one of {', '.join(ACTIVATION_FORMATS)} "
@@ -120,18 +121,15 @@ class Decode:
         if self.residency not in RESIDENCY_POLICIES:
             raise ConfigError(f"expected one of {', '.join(RESIDENCY_POLICIES)}, got "
                               f"{self.residency!r}", field="residency")
-        _positive_int(self.draft_heads, "draft_heads", minimum=0)
-        _positive_int(self.tp, "tp")
-        _positive_int(self.ep, "ep")
         if not isinstance(self.routing, str):
             raise ConfigError(f"expected a routing such as 'uniform', got {self.routing!r}",
                               field="routing")
         parse_routing(self.routing)
-        _positive_int(self.pp, "pp")
         if self.microbatches is None:
             object.__setattr__(self, "microbatches", max(
                 d for d in range(1, min(self.batch, self.pp) + 1) if self.batch % d == 0))
-        _positive_int(self.microbatches, "microbatches")
+        object.__setattr__(self, "microbatches",
+                           _positive_int(self.microbatches, "microbatches"))
         if self.batch % self.microbatches:
             raise ConfigError(f"microbatches must divide the batch ({self.batch}), got "
                               f"{self.microbatches}", field="microbatches")
@@ -139,6 +137,13 @@ class Decode:
             raise ConfigError(f"expected one of {', '.join(POLICY_CHOICES)}, got "
                               f"{self.policy!r}", field="policy")
         object.__setattr__(self, "placement", _placement_pairs(self.placement))
+        if isinstance(self.runtime, str):
+            if self.runtime != "auto" and self.runtime not in runtime_names():
+                raise ConfigError(f"expected 'auto' or one of {', '.join(runtime_names())}, got "
+                                  f"{self.runtime!r}", field="runtime")
+        elif not isinstance(self.runtime, Runtime):
+            raise ConfigError(f"expected a runtime name or a Runtime, got {self.runtime!r}",
+                              field="runtime")
 
     @property
     def chips(self) -> int:
@@ -154,6 +159,8 @@ class Decode:
         """Plain fields, for reports and result stores."""
         data = asdict(self)
         data["placement"] = dict(self.placement)
+        if isinstance(self.runtime, Runtime):
+            data["runtime"] = self.runtime.file
         return data
 
 

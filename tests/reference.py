@@ -101,7 +101,7 @@ def run_step(plan: Plan, state: ReferenceState, step: int, routes=None) -> dict:
 
     for op in range(n_ops):
         row = [int(x) for x in plan.op_int[op]]
-        peak, dequant, act_quant = (float(x) for x in plan.op_float[op])
+        peak, dequant, act_quant, link_s, link_latency_s = (float(x) for x in plan.op_float[op])
         kind, tensor, pinned = row[k.C_KIND], row[k.C_TENSOR], row[k.C_PINNED]
         act_bits = row[k.C_ACT_BITS]
         counters = out["ops"][op]
@@ -270,10 +270,8 @@ def run_step(plan: Plan, state: ReferenceState, step: int, routes=None) -> dict:
                 counters[name] += sent
             counters["vector_ops"] += adds
             counters["waves"] += passes * row[k.C_LINK_STEPS]
-            link_s, add_s = sent / 8.0 / plan.link_bandwidth, adds / dev.vector_ops_per_s
-            out["times"][op][n_tiers if link_s >= add_s else n_tiers + 1] += max(link_s, add_s)
-            out["times"][op][n_tiers + 2] += (passes * row[k.C_LINK_STEPS] * plan.link_latency_s
-                                              + plan.collective_latency_s)
+            out["times"][op][n_tiers] += link_s            # the library's time for the call
+            out["times"][op][n_tiers + 2] += link_latency_s
 
         elif kind == k.OP_SEND:
             sent = row[k.C_M] * row[k.C_K] * act_bits
@@ -306,6 +304,11 @@ def run_step(plan: Plan, state: ReferenceState, step: int, routes=None) -> dict:
             wave[0] += m * kdim * act_bits
             counters["waves"] += 1
             close_wave(vector_ops / dev.vector_ops_per_s)
-        out["times"][op][n_tiers + 3] += dev.op_launch_s * row[k.C_LAUNCHES]
+        if kind == k.OP_MATMUL and routed and routes[row[k.C_ROUTE]][row[k.C_ROUTE_COL]] == 0:
+            continue                                 # no work, no launch
+        out["times"][op][n_tiers + 3] += plan.launch_s * row[k.C_LAUNCHES]
+        host_bound = plan.host_launch_s * row[k.C_LAUNCHES] - sum(out["times"][op])
+        if host_bound > 0:
+            out["times"][op][n_tiers + 3] += host_bound
     state.pinned_loaded = loaded_now
     return out

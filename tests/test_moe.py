@@ -178,7 +178,7 @@ def test_expert_parallel_holds_a_share_of_the_experts_per_chip():
     with pytest.raises(memsim.ConfigError, match="divide the experts"):
         plan_system(memsim.device("h100-sxm"), model, memsim.Decode(ep=3, batch=3))
     with pytest.raises(memsim.ConfigError, match="not modelled yet"):
-        plan_system(memsim.device("h100-sxm"), model, memsim.Decode(ep=2, tp=2, batch=2))
+        plan_system(memsim.device("h100-sxm"), model, memsim.Decode(ep=2, pp=2, batch=2))
 
 
 # Placement, shared experts, the CLI ------------------------------------------------------

@@ -73,7 +73,7 @@ def sharded_runs(draw):
         head_dim=draw(st.sampled_from([8, 16, 32])), ffn=tp * draw(st.integers(1, 40)) * 8,
         vocab=tp * draw(st.integers(4, 200)), tied_embeddings=draw(st.booleans()))
     workload = dict(batch=draw(st.integers(1, 5)), context=draw(st.integers(0, 300)),
-                    weights=draw(st.sampled_from(["bf16", "fp8-e4m3"])),
+                    weights=draw(st.sampled_from(["bf16", "uniform:fp8-e4m3"])),
                     tile_k=draw(st.sampled_from([8, 16, 64])),
                     tile_n=draw(st.sampled_from([8, 24, 64])))
     return model, tp, workload
@@ -90,7 +90,7 @@ def test_tp_shards_and_ring_bytes_for_random_shapes(run):
     dev = no_reuse()
     one = memsim.emulate(dev, model, tp=1, **fields)
     many = memsim.emulate(dev, model, tp=tp, **fields)
-    scale_bytes = 4 if fields["weights"] == "fp8-e4m3" else 0
+    scale_bytes = 4 if fields["weights"] == "uniform:fp8-e4m3" else 0
     n_tensors = sum(1 for row in one.ops if row.name in SHARDED)
     assert (_weight_reads(many) - n_tensors * scale_bytes) * tp == \
         _weight_reads(one) - n_tensors * scale_bytes

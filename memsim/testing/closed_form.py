@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
+from memsim.checkpoints import weight_formats
 from memsim.device import Device
 from memsim.formats import Format, bytes_for, get_format
 from memsim.model import Model
@@ -63,24 +64,39 @@ def streamed_bytes(device: Device, model: Model, workload: Decode, *,
         raise ValueError(f"the closed form covers one chip per stage, got tp={workload.tp}, "
                          f"ep={workload.ep}")
     step = workload.steps - 1 if step < 0 else step
-    wfmt, kvfmt = get_format(workload.weights), get_format(workload.kv)
+    formats, kvfmt = weight_formats(workload.weights), get_format(workload.kv)
     act = stream_format(workload)     # norms are stored in the residual stream's type
     h, hd, micro = model.hidden, model.head_dim, workload.microbatches
     rows = workload.microbatch * workload.new_tokens
     read: Counter[str] = Counter()
-    per_layer = {"attn_norm": bytes_for((1, h), act), "ffn_norm": bytes_for((1, h), act),
-                 "qkv": bytes_for(((model.heads + 2 * model.kv_heads) * hd, h), wfmt),
-                 "o_proj": bytes_for((h, model.heads * hd), wfmt),
-                 "gate": bytes_for((model.ffn, h), wfmt), "up": bytes_for((model.ffn, h), wfmt),
-                 "down": bytes_for((h, model.ffn), wfmt)}
-    for name, nbytes in per_layer.items():
-        read[name] += micro * model.layers * nbytes
-    read["embed"] += micro * -(-rows * _row_bits(wfmt, h) // 8)
+
+    def stored(role: str, layer: int, shape: tuple[int, int]) -> int:
+        """Bytes of a weight of ``shape`` (N x K) in the checkpoint's format for its role."""
+        fmt = formats.for_tensor(role, layer, model.layers, tied=model.tied_embeddings,
+                                 k=shape[1])
+        return bytes_for(shape, fmt)
+
+    for layer in range(model.layers):
+        read["attn_norm"] += micro * bytes_for((1, h), act)
+        read["ffn_norm"] += micro * bytes_for((1, h), act)
+        if formats.qkv_split(layer, model.layers, k=h):
+            for part, heads in (("q", model.heads), ("k", model.kv_heads), ("v", model.kv_heads)):
+                read[part] += micro * stored(part, layer, (heads * hd, h))
+        else:
+            read["qkv"] += micro * stored("qkv", layer, ((model.heads + 2 * model.kv_heads) * hd,
+                                                          h))
+        read["o_proj"] += micro * stored("o_proj", layer, (h, model.heads * hd))
+        for role, shape in (("gate", (model.ffn, h)), ("up", (model.ffn, h)),
+                            ("down", (h, model.ffn))):
+            read[role] += micro * stored(role, layer, shape)
+    embedding = formats.for_tensor("embedding", -1, model.layers, tied=model.tied_embeddings, k=h)
+    read["embed"] += micro * -(-rows * _row_bits(embedding, h) // 8)
     read["final_norm"] += micro * bytes_for((1, h), act)
-    read["lm_head"] += micro * bytes_for((model.vocab, h), wfmt)
+    read["lm_head"] += micro * stored("lm_head", -1, (model.vocab, h))
     if workload.draft_heads:
-        read["draft_head_res"] += micro * workload.draft_heads * bytes_for((h, h), wfmt)
-        read["draft_head_lm"] += micro * workload.draft_heads * bytes_for((model.vocab, h), wfmt)
+        read["draft_head_res"] += micro * workload.draft_heads * stored("draft_head", -1, (h, h))
+        read["draft_head_lm"] += micro * workload.draft_heads * stored("draft_head", -1,
+                                                                       (model.vocab, h))
 
     kv_row = _row_bits(kvfmt, hd)
     block = workload.kv_block
