@@ -6,7 +6,7 @@ Two kinds of limit (``docs/limits.md`` lists them with their reasons):
   meaningful range, so that no figure makes an infinity or a zero downstream (``clock = "1e-30
   Hz"``, ``per_flop = "1e300 J/FLOP"``). :func:`check_figure` refuses the rest, naming the range.
 - **Sizes** (:func:`check_sizes`): counts are exact int64 integers, so before planning the
-  largest bit count any plan counter can reach (weights, the KV cache at the final context,
+  largest count one step can reach (weight bits, the KV cache's bits at the final context,
   FLOPs, tiles) is computed from the model's shape, the workload and the device, with Python
   integers that cannot wrap, and a workload that could pass ``2**63 - 1`` is refused. Shapes
   that would take hours to plan (a million layers) are refused by their own limits.
@@ -33,15 +33,12 @@ if TYPE_CHECKING:  # the data floor: limits is imported by device.py, so no runt
     from memsim.workload import Decode
 
 __all__ = ["FIGURE_RANGES", "INT64_MAX", "MAX_LAYERS", "MAX_EXPERTS", "MAX_DIMENSION",
-           "MAX_STEPS", "MAX_TILE_ELEMENTS", "MAX_SAMPLES", "SIZE_HEADROOM", "FigureRange",
+           "MAX_STEPS", "MAX_TILE_ELEMENTS", "MAX_SAMPLES", "FigureRange",
            "check_figure", "check_int64", "check_samples", "check_sizes", "largest_counts"]
 
 #: The largest value of a signed 64-bit counter: every byte, bit, FLOP and tile count of a plan
 #: and of the kernels is an int64.
 INT64_MAX = 2**63 - 1
-#: Margin between the largest count :func:`largest_counts` estimates and ``INT64_MAX``: sums of
-#: several counters (bytes over all tiers, all steps) stay below the limit too.
-SIZE_HEADROOM = 16
 
 #: Shape limits, far above every published model (Llama 3.1 405B: 126 layers, hidden 16,384;
 #: DeepSeek-V3: 256 routed experts; vocabularies near 256K), below which planning stays fast.
@@ -74,12 +71,15 @@ class FigureRange:
         return above and value <= self.high
 
     def text(self) -> str:
-        """The range as a reader writes it: ``1 MHz to 100 GHz``."""
-        low = format_quantity(self.low, self.dimension) if self.dimension != "count" else (
-            f"{self.low:g}")
-        high = format_quantity(self.high, self.dimension) if self.dimension != "count" else (
-            f"{self.high:g}")
-        return f"{'above ' if self.low_open else ''}{low} to {high}"
+        """The range as a reader writes it: ``1 MHz to 100 GHz``, ``1 B to 64 PiB``."""
+        return (f"{'above ' if self.low_open else ''}{self.show(self.low)} to "
+                f"{self.show(self.high)}")
+
+    def show(self, value: float) -> str:
+        """A value of this range's dimension, as the range writes it."""
+        if self.dimension == "count":
+            return f"{int(value):,}" if float(value).is_integer() else f"{value:g}"
+        return format_quantity(value, self.dimension, binary=self.dimension == "capacity")
 
 
 #: Range of each kind of device figure. Keys are what ``check_figure`` takes; docs/limits.md
@@ -124,10 +124,8 @@ def check_figure(value: float, kind: str, *, file: str | None, field: str) -> fl
     """
     limit = FIGURE_RANGES[kind]
     if not (isinstance(value, (int, float)) and math.isfinite(value) and limit.contains(value)):
-        shown = (f"{value:g}" if limit.dimension == "count" and isinstance(value, float)
-                 else str(value) if limit.dimension == "count"
-                 else format_quantity(value, limit.dimension) if math.isfinite(value)
-                 else repr(value))
+        finite = isinstance(value, (int, float)) and math.isfinite(value)
+        shown = limit.show(value) if finite and abs(value) < 1e300 else repr(value)
         raise ConfigError(f"{shown} is outside memsim's range for {kind.replace('_', ' ')}: "
                           f"{limit.text()} (docs/limits.md)", file=file, field=field)
     return value
@@ -158,21 +156,25 @@ def _check_shape(model: Model, workload: Decode) -> None:
     limits.append(("heads x head_dim", model.heads * model.head_dim, MAX_DIMENSION))
     for name, value, largest in limits:
         if value > largest:
-            raise ConfigError(f"{value:,} is above memsim's limit of {largest:,} "
-                              f"(docs/limits.md)", file=None if name == "steps" else model.name,
-                              field=name)
+            whose = "the workload's" if name == "steps" else f"{model.name}'s"
+            raise ConfigError(f"{whose} {name} = {value:,} is above memsim's limit of "
+                              f"{largest:,} (docs/limits.md)", field=name)
 
 
 def largest_counts(device: Device, model: Model, workload: Decode) -> dict[str, int]:
-    """Upper bounds of the largest counts a plan of this workload can reach, as Python ints.
+    """Upper bounds of the largest counts one decode step can reach, as Python ints.
+
+    The kernels count per op and per step in int64, and a step's counters are summed over its
+    ops; so each bound is a whole step's total on one chip (no sharding assumed), at the last
+    step, where the context is longest.
 
     Returns
     -------
     dict
         ``weights_bits`` (every weight of the model once, metadata included),
         ``kv_bits`` (the KV cache of the whole batch at the final context, whole blocks),
-        ``flops`` (every step's matmul and attention operations, the batch padded to the matrix
-        unit), ``tile_bits`` (one weight tile), ``tiles`` (weight tiles of all steps).
+        ``flops`` (the step's matmul and attention operations, the batch padded to the matrix
+        unit), ``tile_bits`` (one weight tile), ``tiles`` (the step's weight tiles).
     """
     tile_k = workload.tile_k or device.tile_k
     tile_n = workload.tile_n or device.tile_n
@@ -189,9 +191,9 @@ def largest_counts(device: Device, model: Model, workload: Decode) -> dict[str, 
     rows = max(workload.batch * new, device.matrix_unit[0])
     rows = -(-rows // device.matrix_unit[0]) * device.matrix_unit[0]
     attention = 4 * model.layers * model.heads * model.head_dim * final_tokens * workload.batch * new
-    flops = steps * (2 * model.active_params * rows + attention)
+    flops = 2 * model.active_params * rows + attention
     tile_bits = tile_k * tile_n * max(wfmt.element_bits, 16)
-    tiles = steps * (params // max(tile_k * tile_n, 1) + model.layers * (16 + model.experts))
+    tiles = params // max(tile_k * tile_n, 1) + model.layers * (16 + model.experts)
     return {"weights_bits": weights_bits, "kv_bits": kv_bits, "flops": flops,
             "tile_bits": tile_bits, "tiles": tiles * max(rows // device.matrix_unit[0], 1)}
 
@@ -220,16 +222,14 @@ def check_sizes(device: Device, model: Model, workload: Decode) -> None:
     if tile_k * tile_n > MAX_TILE_ELEMENTS:
         raise ConfigError(f"a {tile_k:,} x {tile_n:,} tile is above memsim's limit of "
                           f"{MAX_TILE_ELEMENTS:,} elements (docs/limits.md)", field="tile_n")
-    largest = INT64_MAX // SIZE_HEADROOM
     fields = {"weights_bits": ("weights", "the model's weight bits"),
               "kv_bits": ("context", "the KV cache's bits at the final context x batch"),
-              "flops": ("batch", "the FLOPs of all steps"),
+              "flops": ("batch", "one step's FLOPs"),
               "tile_bits": ("tile_n", "one weight tile's bits"),
-              "tiles": ("steps", "the weight tiles of all steps")}
+              "tiles": ("tile_n", "one step's weight tiles")}
     for name, count in largest_counts(device, model, workload).items():
-        if count > largest:
+        if count > INT64_MAX:
             field, what = fields[name]
             raise ConfigError(f"{what} could reach {count:.3e}, past the exact int64 counters' "
-                              f"limit of {largest:.3e} (2^63 - 1 over a headroom of "
-                              f"{SIZE_HEADROOM}; docs/limits.md); reduce batch, context, steps "
-                              f"or the model", field=field)
+                              f"limit of 2^63 - 1 = {INT64_MAX:.3e} (docs/limits.md); reduce "
+                              f"batch, context or the model", field=field)
