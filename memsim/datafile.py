@@ -136,6 +136,14 @@ def require_int(value: Any, *, file: str, field: str, minimum: int = 1) -> int:
     return value
 
 
+def require_schema_version(value: Any, *, file: str, supported: int = 1) -> int:
+    """``schema_version`` must be the integer ``supported`` (not ``true``, ``1.0`` or ``"1"``)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value != supported:
+        raise ConfigError(f"unsupported schema_version {value!r}; expected the integer "
+                          f"{supported}", file=file, field="schema_version")
+    return value
+
+
 def require_bool(value: Any, *, file: str, field: str) -> bool:
     """The value must be true or false."""
     if not isinstance(value, bool):

@@ -17,7 +17,7 @@ from types import MappingProxyType
 from typing import Any
 
 from memsim.datafile import (catalog_names, check_keys, read_catalog_entry, read_toml_file,
-                             require_int, require_str, require_table)
+                             require_int, require_schema_version, require_str, require_table)
 from memsim.errors import ConfigError
 from memsim.formats import COMPUTE_CLASSES
 from memsim.limits import check_figure
@@ -48,7 +48,11 @@ SUSTAINED_FRACTION = MappingProxyType({
 
 @dataclass(frozen=True)
 class Tier:
-    """One memory tier of a chip, in base SI units."""
+    """One memory tier of a chip, in base SI units.
+
+    ``sustained_bandwidth`` is what a streaming kernel achieves; when the file gives none it is
+    ``SUSTAINED_FRACTION[kind]`` x ``bandwidth`` and ``sustained_defaulted`` is True.
+    """
 
     name: str
     kind: str
@@ -97,7 +101,14 @@ class Link:
 
 @dataclass(frozen=True)
 class Device:
-    """One accelerator chip: compute, memory tiers from the compute outwards, layout, links."""
+    """One accelerator chip: compute, memory tiers from the compute outwards, layout, links.
+
+    ``tdp_w`` and ``idle_power_w`` are one chip's thermal design power and idle power in W
+    (None where the file gives none; 0 < idle <= TDP). ``link`` is the chip-to-chip fabric of
+    one link domain (``link.max_chips`` chips), ``scale_out`` the network between link domains
+    (None: no second level), ``host_link`` the link to the host. ``runtime`` names the software
+    stack the device family usually runs (one of :data:`RUNTIME_NAMES`, or None).
+    """
 
     name: str
     display_name: str
@@ -435,13 +446,6 @@ _TOP_REQUIRED = ("schema_version", "name", "display_name", "vendor", "clock", "c
 _TOP_OPTIONAL = ("tdp", "idle_power", "runtime", "link", "scale_out", "cost", "sources")
 
 
-def _check_schema_version(value: Any, *, file: str) -> None:
-    """``schema_version`` is the integer 1 (not ``true``, ``1.0`` or ``"1"``)."""
-    if isinstance(value, bool) or not isinstance(value, int) or value != 1:
-        raise ConfigError(f"unsupported schema_version {value!r}; expected the integer 1",
-                          file=file, field="schema_version")
-
-
 def _parse_compute(data: Mapping[str, Any], *, file: str) -> tuple[tuple[tuple[str, float], ...],
                                                                     float]:
     """The native matrix peaks and the vector rate."""
@@ -532,7 +536,7 @@ def parse_device(data: Mapping[str, Any], *, file: str) -> Device:
     """Validate a device file's data and build a Device; every mistake is a ConfigError."""
     data = require_table(data, file=file, field="(top level)")
     check_keys(data, required=_TOP_REQUIRED, optional=_TOP_OPTIONAL, file=file)
-    _check_schema_version(data["schema_version"], file=file)
+    require_schema_version(data["schema_version"], file=file)
     compute, vector = _parse_compute(data, file=file)
     unit = require_table(data["matrix_unit"], file=file, field="matrix_unit")
     check_keys(unit, required=("m", "n", "k"), file=file, prefix="matrix_unit.")
@@ -626,6 +630,7 @@ def load_tier_template(name: str) -> tuple[dict[str, Any], dict[str, str]]:
                                     folder="devices/templates")
     check_keys(data, required=("schema_version", "name", "description", "tier"),
                optional=("sources",), file=file)
+    require_schema_version(data["schema_version"], file=file)
     table = dict(require_table(data["tier"], file=file, field="tier"))
     parse_tier(table, file=file, prefix="tier.")
     sources = {key.removeprefix("tier."): str(text)
