@@ -16,22 +16,66 @@ else:  # pragma: no cover - exercised only on Python 3.10
     import tomli as tomllib
 
 
+#: Deepest nesting of tables and arrays a data file may have; memsim's own files use 3.
+MAX_NESTING = 32
+
+
 def read_toml_text(text: str, *, file: str) -> dict[str, Any]:
-    """Parse TOML text, turning a syntax error into a ConfigError naming the file."""
+    """Parse TOML text, turning a syntax error or absurd nesting into a ConfigError naming the
+    file."""
     try:
-        return tomllib.loads(text)
+        data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"malformed TOML: {exc}", file=file) from None
+    except RecursionError:
+        raise ConfigError(f"malformed TOML: nested deeper than memsim reads (at most "
+                          f"{MAX_NESTING} levels)", file=file) from None
+    if _depth(data) > MAX_NESTING:
+        raise ConfigError(f"tables and arrays nested deeper than {MAX_NESTING} levels",
+                          file=file)
+    return data
+
+
+def _depth(value: Any) -> int:
+    """Nesting depth of tables and arrays, counted without recursion."""
+    deepest, stack = 0, [(value, 0)]
+    while stack:
+        node, level = stack.pop()
+        if isinstance(node, (dict, list)):
+            deepest = max(deepest, level + 1)
+            if deepest > MAX_NESTING:
+                return deepest
+            stack.extend((child, level + 1)
+                         for child in (node.values() if isinstance(node, dict) else node))
+    return deepest
+
+
+def decode_text(raw: bytes, *, file: str) -> str:
+    """The UTF-8 text of a data file; a byte-order mark, UTF-16, binary or other encodings are
+    one ConfigError saying which."""
+    if raw.startswith((b"\xff\xfe", b"\xfe\xff")):
+        raise ConfigError("the file is UTF-16 text; save it as UTF-8 (TOML files are UTF-8)",
+                          file=file)
+    if raw.startswith(b"\xef\xbb\xbf"):
+        raise ConfigError("the file starts with a UTF-8 byte-order mark; save it as UTF-8 "
+                          "without BOM", file=file)
+    if b"\x00" in raw:
+        raise ConfigError("a binary file, not TOML text (it contains NUL bytes)", file=file)
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"not UTF-8 text: byte 0x{raw[exc.start]:02x} at offset {exc.start}; "
+                          f"save the file as UTF-8", file=file) from None
 
 
 def read_toml_file(path: str | Path) -> dict[str, Any]:
-    """Read a TOML file from disk; a missing or unreadable file is a ConfigError."""
+    """Read a TOML file from disk; a missing, unreadable or non-UTF-8 file is a ConfigError."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        raw = path.read_bytes()
     except OSError as exc:
         raise ConfigError(f"cannot read file: {exc.strerror}", file=str(path)) from None
-    return read_toml_text(text, file=str(path))
+    return read_toml_text(decode_text(raw, file=str(path)), file=str(path))
 
 
 def catalog_names(package: str) -> list[str]:
@@ -89,6 +133,14 @@ def require_int(value: Any, *, file: str, field: str, minimum: int = 1) -> int:
         raise ConfigError(f"expected an integer, got {value!r}", file=file, field=field)
     if value < minimum:
         raise ConfigError(f"expected an integer >= {minimum}, got {value}", file=file, field=field)
+    return value
+
+
+def require_schema_version(value: Any, *, file: str, supported: int = 1) -> int:
+    """``schema_version`` must be the integer ``supported`` (not ``true``, ``1.0`` or ``"1"``)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value != supported:
+        raise ConfigError(f"unsupported schema_version {value!r}; expected the integer "
+                          f"{supported}", file=file, field="schema_version")
     return value
 
 

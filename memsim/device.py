@@ -11,23 +11,48 @@ import copy
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 from memsim.datafile import (catalog_names, check_keys, read_catalog_entry, read_toml_file,
-                             require_int, require_str, require_table)
+                             require_int, require_schema_version, require_str, require_table)
 from memsim.errors import ConfigError
 from memsim.formats import COMPUTE_CLASSES
+from memsim.limits import check_figure
 from memsim.units import parse_quantity
 
 TIER_KINDS = ("sram", "hbm", "lpddr", "ddr", "cxl", "nvme")
 POLICIES = ("hbm-centric", "sram-resident", "hybrid", "tiered", "weight-streaming")
 TOPOLOGIES = ("switch", "ring", "torus-2d", "torus-3d", "mesh", "fully-connected")
+#: What a link is made of; a collective model maps each to its library's hardware rows
+#: (NCCL: nvlink and infinity-fabric as NVLink, pcie as PCI, the rest as NET).
+LINK_KINDS = ("nvlink", "infinity-fabric", "pcie", "ici", "neuronlink", "ipu-link", "realscale",
+              "ethernet", "infiniband", "dcn")
+#: Software stacks a device file's ``runtime`` may name (``vendor``: the vendor's own stack,
+#: not one of the others).
+RUNTIME_NAMES = ("llama.cpp-cuda", "llama.cpp-metal", "hf-eager", "gpt-fast", "vllm", "sglang",
+                 "trt-llm", "neuron", "jetstream", "mlc-llm", "vendor")
+#: Sustained / peak bandwidth of a tier whose file gives no ``sustained_bandwidth``, by kind;
+#: each from public measurements, cited in docs/device-format.md ("Defaults").
+SUSTAINED_FRACTION = MappingProxyType({
+    "sram": 1.0,    # on-chip figures are taken as given: no public measured/peak ratio applies
+    "hbm": 0.82,    # median of measured/peak on H100 PCIe, H200, A100, B200 (device sources)
+    "lpddr": 0.80,  # STREAM triad >= 410 GB/s of 512 GB/s on Grace LPDDR5X (NVIDIA tuning guide)
+    "ddr": 0.78,    # STREAM triad 74-78% of wire rate on DDR4 (TI SPRAD45A, SPRACV1B)
+    "cxl": 0.75,    # 20-28 GB/s read of ~32 GB/s on PCIe5 x8 CXL expanders (MICRO 2023)
+    "nvme": 0.85,   # sequential reads below the datasheet maximum for mixed reads [E]
+})
 
 
 @dataclass(frozen=True)
 class Tier:
-    """One memory tier of a chip, in base SI units."""
+    """One memory tier of a chip, in base SI units.
+
+    ``sustained_bandwidth`` is what a streaming kernel achieves; when the file gives none it is
+    ``SUSTAINED_FRACTION[kind]`` x ``bandwidth`` and ``sustained_defaulted`` is True.
+    """
 
     name: str
     kind: str
@@ -37,6 +62,7 @@ class Tier:
     latency_s: float
     energy_j_per_byte: float
     granularity: int
+    sustained_defaulted: bool = False   # True: sustained_bandwidth is SUSTAINED_FRACTION x peak
 
     @property
     def on_chip(self) -> bool:
@@ -57,7 +83,12 @@ class Layout:
 
 @dataclass(frozen=True)
 class Link:
-    """A chip-to-chip or host link; bandwidth per direction."""
+    """A chip-to-chip, scale-out or host link; bandwidth per direction, per chip.
+
+    ``max_chips`` is the number of chips the link reaches: the link domain for ``[link]``, the
+    whole system for ``[scale_out]``. ``kind`` is one of :data:`LINK_KINDS` (None when a file
+    does not say).
+    """
 
     bandwidth: float
     latency_s: float
@@ -65,11 +96,19 @@ class Link:
     max_chips: int = 1
     energy_j_per_byte: float = 0.0
     collective_latency_s: float = 0.0   # fixed start-up of one collective call
+    kind: str | None = None
 
 
 @dataclass(frozen=True)
 class Device:
-    """One accelerator chip: compute, memory tiers from the compute outwards, layout, links."""
+    """One accelerator chip: compute, memory tiers from the compute outwards, layout, links.
+
+    ``tdp_w`` and ``idle_power_w`` are one chip's thermal design power and idle power in W
+    (None where the file gives none; 0 < idle <= TDP). ``link`` is the chip-to-chip fabric of
+    one link domain (``link.max_chips`` chips), ``scale_out`` the network between link domains
+    (None: no second level), ``host_link`` the link to the host. ``runtime`` names the software
+    stack the device family usually runs (one of :data:`RUNTIME_NAMES`, or None).
+    """
 
     name: str
     display_name: str
@@ -94,6 +133,9 @@ class Device:
     sources: tuple[tuple[str, str], ...]
     file: str
     data: dict[str, Any] = field(repr=False, compare=False)
+    idle_power_w: float | None = None
+    scale_out: Link | None = None
+    runtime: str | None = None
 
     def tier(self, name: str) -> Tier:
         """The tier called ``name``."""
@@ -166,9 +208,12 @@ class Device:
         if sustained_path in overrides:
             return
         old = self.tier(parts[1])
+        table = data["tiers"][_tier_position(data["tiers"], parts[1], self.file)]
+        if old.sustained_defaulted:      # the default fraction applies to the new peak too
+            table.pop("sustained_bandwidth", None)
+            return
         if old.sustained_bandwidth == old.bandwidth:
-            data["tiers"][_tier_position(data["tiers"], parts[1], self.file)].pop(
-                "sustained_bandwidth", None)
+            table["sustained_bandwidth"] = overrides[path]
             return
         new_peak = parse_quantity(overrides[path], "bandwidth", file=self.file, field=path)
         scaled = new_peak * old.sustained_bandwidth / old.bandwidth
@@ -256,15 +301,34 @@ def _set_path(data: dict, path: str, value: Any, *, file: str) -> None:
 
 
 def _q(table: Mapping[str, Any], key: str, dimension: str, *, file: str, prefix: str,
-       minimum_exclusive: bool = True) -> float:
+       minimum_exclusive: bool = True, limit: str | None = None) -> float:
+    """A figure with its unit, positive (or non-negative), within its FIGURE_RANGES range."""
     value = parse_quantity(table[key], dimension, file=file, field=prefix + key)
     if minimum_exclusive and value <= 0:
         raise ConfigError(f"must be positive, got {table[key]!r}", file=file, field=prefix + key)
+    if limit is not None:
+        check_figure(value, limit, file=file, field=prefix + key)
     return value
+
+
+def _whole_bytes(table: Mapping[str, Any], key: str, limit: str, *, file: str,
+                 prefix: str) -> int:
+    """A size that must be a whole number of bytes (a granularity, a scratchpad)."""
+    value = _q(table, key, "capacity", file=file, prefix=prefix, limit=limit)
+    if value != int(value):
+        raise ConfigError(f"expected a whole number of bytes, got {table[key]!r}", file=file,
+                          field=prefix + key)
+    return int(value)
 
 
 _TIER_REQUIRED = ("name", "kind", "capacity", "bandwidth", "latency", "energy", "granularity")
 _TIER_OPTIONAL = ("sustained_bandwidth", "note")
+
+
+def _tier_prefix(table: Any, index: int) -> str:
+    """``tiers.NAME.`` for a tier with a usable name, else ``tiers.INDEX.``."""
+    name = table.get("name") if isinstance(table, Mapping) else None
+    return f"tiers.{name}." if isinstance(name, str) and name.strip() else f"tiers.{index}."
 
 
 def parse_tier(table: Mapping[str, Any], *, file: str, prefix: str) -> Tier:
@@ -273,56 +337,71 @@ def parse_tier(table: Mapping[str, Any], *, file: str, prefix: str) -> Tier:
     check_keys(table, required=_TIER_REQUIRED, optional=_TIER_OPTIONAL, file=file, prefix=prefix)
     name = require_str(table["name"], file=file, field=prefix + "name")
     kind = require_str(table["kind"], file=file, field=prefix + "kind", choices=TIER_KINDS)
-    capacity = _q(table, "capacity", "capacity", file=file, prefix=prefix)
-    bandwidth = _q(table, "bandwidth", "bandwidth", file=file, prefix=prefix)
-    sustained = bandwidth
-    if "sustained_bandwidth" in table:
-        sustained = _q(table, "sustained_bandwidth", "bandwidth", file=file, prefix=prefix)
+    capacity = _q(table, "capacity", "capacity", file=file, prefix=prefix, limit="capacity")
+    bandwidth = _q(table, "bandwidth", "bandwidth", file=file, prefix=prefix, limit="bandwidth")
+    defaulted = "sustained_bandwidth" not in table
+    sustained = bandwidth * SUSTAINED_FRACTION[kind]
+    if not defaulted:
+        sustained = _q(table, "sustained_bandwidth", "bandwidth", file=file, prefix=prefix,
+                       limit="bandwidth")
         if sustained > bandwidth:
             raise ConfigError(f"sustained bandwidth {table['sustained_bandwidth']!r} exceeds the "
                               f"peak {table['bandwidth']!r}", file=file,
                               field=prefix + "sustained_bandwidth")
-    granularity = _q(table, "granularity", "capacity", file=file, prefix=prefix)
+    granularity = _whole_bytes(table, "granularity", "granularity", file=file, prefix=prefix)
     if granularity > capacity:
-        raise ConfigError("granularity larger than the tier", file=file,
-                          field=prefix + "granularity")
+        raise ConfigError(f"capacity {table['capacity']!r} is smaller than one access of "
+                          f"{table['granularity']!r} (the tier's granularity)", file=file,
+                          field=prefix + "capacity")
     return Tier(
         name=name, kind=kind, capacity=int(capacity), bandwidth=bandwidth,
         sustained_bandwidth=sustained,
-        latency_s=_q(table, "latency", "time", file=file, prefix=prefix, minimum_exclusive=False),
+        latency_s=_q(table, "latency", "time", file=file, prefix=prefix, minimum_exclusive=False,
+                     limit="latency"),
         energy_j_per_byte=8 * _q(table, "energy", "energy_per_bit", file=file, prefix=prefix,
-                                 minimum_exclusive=False),
-        granularity=int(granularity),
+                                 minimum_exclusive=False, limit="energy_per_bit"),
+        granularity=granularity, sustained_defaulted=defaulted,
     )
 
 
-def _parse_link(table: Any, *, file: str, prefix: str, host: bool) -> Link:
-    table = require_table(table, file=file, field=prefix.rstrip("."))
-    if host:
-        check_keys(table, required=("bandwidth",), optional=("latency",), file=file, prefix=prefix)
-    else:
-        check_keys(table, required=("bandwidth", "latency", "topology", "max_chips"),
-                   optional=("energy", "collective_latency"), file=file, prefix=prefix)
-    latency = 0.0
-    if "latency" in table:
-        latency = _q(table, "latency", "time", file=file, prefix=prefix, minimum_exclusive=False)
-    if host:
-        return Link(bandwidth=_q(table, "bandwidth", "bandwidth", file=file, prefix=prefix),
-                    latency_s=latency)
+_LINK_KEYS = {
+    "host_link": (("bandwidth",), ("latency", "kind")),
+    "link": (("bandwidth", "latency", "topology", "max_chips"),
+             ("energy", "collective_latency", "kind")),
+    "scale_out": (("bandwidth", "latency", "kind", "max_chips"),
+                  ("energy", "collective_latency", "topology")),
+}
+
+
+def _parse_link(table: Any, *, file: str, name: str) -> Link:
+    """Validate ``[link]`` (the chip-to-chip fabric of one link domain), ``[scale_out]`` (the
+    network between link domains) or ``[host_link]``."""
+    prefix = name + "."
+    table = require_table(table, file=file, field=name)
+    required, optional = _LINK_KEYS[name]
+    check_keys(table, required=required, optional=optional, file=file, prefix=prefix)
+
+    def time(key: str) -> float:
+        return (_q(table, key, "time", file=file, prefix=prefix, minimum_exclusive=False,
+                   limit="latency") if key in table else 0.0)
+
+    bandwidth = _q(table, "bandwidth", "bandwidth", file=file, prefix=prefix, limit="bandwidth")
+    kind = (require_str(table["kind"], file=file, field=prefix + "kind", choices=LINK_KINDS)
+            if "kind" in table else None)
+    if name == "host_link":
+        return Link(bandwidth=bandwidth, latency_s=time("latency"), kind=kind)
     energy = 0.0
     if "energy" in table:
         energy = 8 * _q(table, "energy", "energy_per_bit", file=file, prefix=prefix,
-                        minimum_exclusive=False)
+                        minimum_exclusive=False, limit="energy_per_bit")
+    max_chips = require_int(table["max_chips"], file=file, field=prefix + "max_chips")
+    check_figure(max_chips, "chips", file=file, field=prefix + "max_chips")
     return Link(
-        bandwidth=_q(table, "bandwidth", "bandwidth", file=file, prefix=prefix),
-        latency_s=latency,
-        topology=require_str(table["topology"], file=file, field=prefix + "topology",
-                             choices=TOPOLOGIES),
-        max_chips=require_int(table["max_chips"], file=file, field=prefix + "max_chips"),
-        energy_j_per_byte=energy,
-        collective_latency_s=(_q(table, "collective_latency", "time", file=file, prefix=prefix,
-                                 minimum_exclusive=False)
-                              if "collective_latency" in table else 0.0),
+        bandwidth=bandwidth, latency_s=time("latency"),
+        topology=require_str(table.get("topology", "switch"), file=file,
+                             field=prefix + "topology", choices=TOPOLOGIES),
+        max_chips=max_chips, energy_j_per_byte=energy,
+        collective_latency_s=time("collective_latency"), kind=kind,
     )
 
 
@@ -364,26 +443,101 @@ def _check_tier_order(tiers: list[Tier], raw: list, *, file: str) -> None:
 _TOP_REQUIRED = ("schema_version", "name", "display_name", "vendor", "clock", "cores", "core_name",
                  "core_memory", "compute", "matrix_unit", "tile", "tiers", "layout", "overheads",
                  "host_link", "energy")
-_TOP_OPTIONAL = ("tdp", "link", "cost", "sources")
+_TOP_OPTIONAL = ("tdp", "idle_power", "runtime", "link", "scale_out", "cost", "sources")
+
+
+def _parse_compute(data: Mapping[str, Any], *, file: str) -> tuple[tuple[tuple[str, float], ...],
+                                                                    float]:
+    """The native matrix peaks and the vector rate."""
+    table = require_table(data["compute"], file=file, field="compute")
+    check_keys(table, required=("vector",), optional=COMPUTE_CLASSES, file=file,
+               prefix="compute.")
+    compute = tuple((key, _q(table, key, "compute_rate", file=file, prefix="compute.",
+                             limit="compute"))
+                    for key in COMPUTE_CLASSES if key in table)
+    if not any(key in ("bf16", "fp16") for key, _ in compute):
+        raise ConfigError("a device needs a bf16 or fp16 matrix peak", file=file,
+                          field="compute.bf16")
+    return compute, _q(table, "vector", "compute_rate", file=file, prefix="compute.",
+                       limit="compute")
+
+
+def _count(table: Mapping[str, Any], key: str, limit: str, *, file: str, prefix: str) -> int:
+    """A positive integer within its range."""
+    value = require_int(table[key], file=file, field=prefix + key)
+    return int(check_figure(value, limit, file=file, field=prefix + key))
+
+
+def _parse_layout(data: Mapping[str, Any], names: list[str], *, file: str) -> Layout:
+    """Homes of weights, KV and activations, and the spill tier, which must lie further out
+    than the weights' home (spilling to the on-chip tier or onto the weights' own tier would
+    move nothing)."""
+    table = require_table(data["layout"], file=file, field="layout")
+    check_keys(table, required=("policy", "weights", "kv", "activations"), optional=("spill",),
+               file=file, prefix="layout.")
+    homes = {}
+    for key in ("weights", "kv", "activations", "spill"):
+        if key in table:
+            homes[key] = require_str(table[key], file=file, field=f"layout.{key}")
+            if homes[key] not in names:
+                raise ConfigError(f"names tier {homes[key]!r}, which this device does not have "
+                                  f"(tiers: {', '.join(names)})", file=file, field=f"layout.{key}")
+    if homes["activations"] != names[0]:
+        raise ConfigError(f"activations live on chip: expected {names[0]!r}", file=file,
+                          field="layout.activations")
+    spill = homes.get("spill")
+    if spill is not None and names.index(spill) <= names.index(homes["weights"]):
+        further = names[names.index(homes["weights"]) + 1:]
+        raise ConfigError(f"the spill tier must lie further out than the weights' home "
+                          f"{homes['weights']!r}; expected one of {', '.join(further)}"
+                          if further else
+                          f"the spill tier must lie further out than the weights' home "
+                          f"{homes['weights']!r}, and this device has no tier beyond it",
+                          file=file, field="layout.spill")
+    layout = Layout(policy=require_str(table["policy"], file=file, field="layout.policy",
+                                       choices=POLICIES),
+                    weights=homes["weights"], kv=homes["kv"], activations=homes["activations"],
+                    spill=spill)
+    if (layout.policy in ("tiered", "weight-streaming") and layout.spill is None
+            and names.index(names[-1]) <= names.index(layout.weights)):
+        raise ConfigError(f"the {layout.policy} policy needs a slower tier to spill to: name one "
+                          "in layout.spill, or add a tier further out than the weights' home",
+                          file=file, field="layout.policy")
+    return layout
+
+
+def _parse_power(data: Mapping[str, Any], *, file: str) -> tuple[float | None, float | None]:
+    """TDP and idle power, each optional; 0 < idle <= TDP."""
+    tdp = idle = None
+    if "tdp" in data:
+        tdp = _q(data, "tdp", "power", file=file, prefix="", limit="power")
+    if "idle_power" in data:
+        idle = _q(data, "idle_power", "power", file=file, prefix="", limit="power")
+        if tdp is not None and idle > tdp:
+            raise ConfigError(f"idle power {data['idle_power']!r} exceeds the TDP "
+                              f"{data['tdp']!r}", file=file, field="idle_power")
+    return tdp, idle
+
+
+def _parse_scale_out(data: Mapping[str, Any], link: Link | None, *, file: str) -> Link | None:
+    """The optional network between link domains; it reaches at least one whole link domain."""
+    if "scale_out" not in data:
+        return None
+    scale_out = _parse_link(data["scale_out"], file=file, name="scale_out")
+    domain = link.max_chips if link is not None else 1
+    if scale_out.max_chips < domain:
+        raise ConfigError(f"the scale-out network reaches {scale_out.max_chips} chips, fewer "
+                          f"than one link domain ({domain}); expected at least {domain}",
+                          file=file, field="scale_out.max_chips")
+    return scale_out
 
 
 def parse_device(data: Mapping[str, Any], *, file: str) -> Device:
     """Validate a device file's data and build a Device; every mistake is a ConfigError."""
     data = require_table(data, file=file, field="(top level)")
     check_keys(data, required=_TOP_REQUIRED, optional=_TOP_OPTIONAL, file=file)
-    if data["schema_version"] != 1:
-        raise ConfigError(f"unsupported schema_version {data['schema_version']!r}; expected 1",
-                          file=file, field="schema_version")
-
-    compute_table = require_table(data["compute"], file=file, field="compute")
-    check_keys(compute_table, required=("vector",), optional=COMPUTE_CLASSES, file=file,
-               prefix="compute.")
-    compute = tuple((key, _q(compute_table, key, "compute_rate", file=file, prefix="compute."))
-                    for key in COMPUTE_CLASSES if key in compute_table)
-    if not any(key in ("bf16", "fp16") for key, _ in compute):
-        raise ConfigError("a device needs a bf16 or fp16 matrix peak", file=file,
-                          field="compute.bf16")
-
+    require_schema_version(data["schema_version"], file=file)
+    compute, vector = _parse_compute(data, file=file)
     unit = require_table(data["matrix_unit"], file=file, field="matrix_unit")
     check_keys(unit, required=("m", "n", "k"), file=file, prefix="matrix_unit.")
     tile = require_table(data["tile"], file=file, field="tile")
@@ -392,72 +546,45 @@ def parse_device(data: Mapping[str, Any], *, file: str) -> Device:
     raw_tiers = data["tiers"]
     if not isinstance(raw_tiers, list) or not raw_tiers:
         raise ConfigError("expected at least one [[tiers]] table", file=file, field="tiers")
-    tiers = [parse_tier(t, file=file, prefix=f"tiers.{t.get('name', i) if isinstance(t, Mapping) else i}.")
-             for i, t in enumerate(raw_tiers)]
+    tiers = [parse_tier(t, file=file, prefix=_tier_prefix(t, i)) for i, t in enumerate(raw_tiers)]
     _check_tier_order(tiers, raw_tiers, file=file)
-    names = [t.name for t in tiers]
-
-    layout_table = require_table(data["layout"], file=file, field="layout")
-    check_keys(layout_table, required=("policy", "weights", "kv", "activations"),
-               optional=("spill",), file=file, prefix="layout.")
-    homes = {}
-    for key in ("weights", "kv", "activations", "spill"):
-        if key in layout_table:
-            homes[key] = require_str(layout_table[key], file=file, field=f"layout.{key}")
-            if homes[key] not in names:
-                raise ConfigError(f"names tier {homes[key]!r}, which this device does not have "
-                                  f"(tiers: {', '.join(names)})", file=file, field=f"layout.{key}")
-    if homes["activations"] != names[0]:
-        raise ConfigError(f"activations live on chip: expected {names[0]!r}", file=file,
-                          field="layout.activations")
-    layout = Layout(policy=require_str(layout_table["policy"], file=file, field="layout.policy",
-                                       choices=POLICIES),
-                    weights=homes["weights"], kv=homes["kv"], activations=homes["activations"],
-                    spill=homes.get("spill"))
-    if (layout.policy in ("tiered", "weight-streaming") and layout.spill is None
-            and names.index(names[-1]) <= names.index(layout.weights)):
-        raise ConfigError(f"the {layout.policy} policy needs a slower tier to spill to: name one "
-                          "in layout.spill, or add a tier further out than the weights' home",
-                          file=file, field="layout.policy")
+    layout = _parse_layout(data, [t.name for t in tiers], file=file)
 
     overheads = require_table(data["overheads"], file=file, field="overheads")
     check_keys(overheads, required=("op_launch",), file=file, prefix="overheads.")
     energy = require_table(data["energy"], file=file, field="energy")
     check_keys(energy, required=("per_flop",), file=file, prefix="energy.")
-
     sources = require_table(data.get("sources", {}), file=file, field="sources")
     for key, text in sources.items():
         require_str(text, file=file, field=f"sources.{key}")
-
-    tdp = None
-    if "tdp" in data:
-        tdp = parse_quantity(data["tdp"], "power", file=file, field="tdp")
-    usd_per_chip_hour = _parse_cost(data["cost"], file=file) if "cost" in data else None
+    tdp, idle = _parse_power(data, file=file)
+    link = _parse_link(data["link"], file=file, name="link") if "link" in data else None
     return Device(
         name=require_str(data["name"], file=file, field="name"),
         display_name=require_str(data["display_name"], file=file, field="display_name"),
         vendor=require_str(data["vendor"], file=file, field="vendor"),
-        clock_hz=_q(data, "clock", "frequency", file=file, prefix=""),
-        cores=require_int(data["cores"], file=file, field="cores"),
+        clock_hz=_q(data, "clock", "frequency", file=file, prefix="", limit="clock"),
+        cores=_count(data, "cores", "cores", file=file, prefix=""),
         core_name=require_str(data["core_name"], file=file, field="core_name"),
-        core_memory=int(_q(data, "core_memory", "capacity", file=file, prefix="")),
-        tdp_w=tdp,
-        usd_per_chip_hour=usd_per_chip_hour,
-        compute=compute,
-        vector_ops_per_s=_q(compute_table, "vector", "compute_rate", file=file, prefix="compute."),
-        matrix_unit=tuple(require_int(unit[k], file=file, field=f"matrix_unit.{k}")
+        core_memory=_whole_bytes(data, "core_memory", "core_memory", file=file, prefix=""),
+        tdp_w=tdp, idle_power_w=idle,
+        usd_per_chip_hour=_parse_cost(data["cost"], file=file) if "cost" in data else None,
+        compute=compute, vector_ops_per_s=vector,
+        matrix_unit=tuple(_count(unit, k, "matrix_unit", file=file, prefix="matrix_unit.")
                           for k in ("m", "n", "k")),
-        tile_k=require_int(tile["k"], file=file, field="tile.k"),
-        tile_n=require_int(tile["n"], file=file, field="tile.n"),
+        tile_k=_count(tile, "k", "tile", file=file, prefix="tile."),
+        tile_n=_count(tile, "n", "tile", file=file, prefix="tile."),
         tiers=tuple(tiers),
         layout=layout,
         op_launch_s=_q(overheads, "op_launch", "time", file=file, prefix="overheads.",
-                       minimum_exclusive=False),
-        link=(_parse_link(data["link"], file=file, prefix="link.", host=False)
-              if "link" in data else None),
-        host_link=_parse_link(data["host_link"], file=file, prefix="host_link.", host=True),
+                       minimum_exclusive=False, limit="latency"),
+        link=link,
+        scale_out=_parse_scale_out(data, link, file=file),
+        host_link=_parse_link(data["host_link"], file=file, name="host_link"),
         energy_j_per_flop=_q(energy, "per_flop", "energy_per_op", file=file, prefix="energy.",
-                             minimum_exclusive=False),
+                             minimum_exclusive=False, limit="energy_per_op"),
+        runtime=(require_str(data["runtime"], file=file, field="runtime", choices=RUNTIME_NAMES)
+                 if "runtime" in data else None),
         sources=tuple((str(k), str(v)) for k, v in sources.items()),
         file=file,
         data=copy.deepcopy(dict(data)),
@@ -475,9 +602,19 @@ def device_names() -> list[str]:
 
 
 def device(name: str) -> Device:
-    """A catalog device by name (``h100-sxm``), or a device file by path."""
+    """A catalog device by name (``h100-sxm``), or a device file by path.
+
+    A catalog device is parsed once per process and then shared (a Device is frozen; what-ifs
+    make new ones), so a second call is a dictionary lookup. A file is read on every call.
+    """
     if name.endswith(".toml"):
         return load_device(name)
+    return _catalog_device(name)
+
+
+@lru_cache(maxsize=None)
+def _catalog_device(name: str) -> Device:
+    """The catalog's device ``name``, parsed on first use (unknown names are not cached)."""
     data, file = read_catalog_entry("memsim.devices", name, kind="device", folder="devices")
     return parse_device(data, file=file)
 
@@ -493,6 +630,7 @@ def load_tier_template(name: str) -> tuple[dict[str, Any], dict[str, str]]:
                                     folder="devices/templates")
     check_keys(data, required=("schema_version", "name", "description", "tier"),
                optional=("sources",), file=file)
+    require_schema_version(data["schema_version"], file=file)
     table = dict(require_table(data["tier"], file=file, field="tier"))
     parse_tier(table, file=file, prefix="tier.")
     sources = {key.removeprefix("tier."): str(text)

@@ -8,6 +8,8 @@ steps axis; step ``s`` uses trace ``s mod steps``).
 
 from __future__ import annotations
 
+import math
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,6 +18,12 @@ import numpy as np
 from memsim.errors import ConfigError
 from memsim.kernels import sampling as kr
 from memsim.model import Model
+
+
+#: Largest Zipf exponent: at S = 100 the top expert already takes all but 1e-30 of the tokens.
+MAX_ZIPF_EXPONENT = 100.0
+#: Largest routing trace memsim reads: 2**28 expert ids (2 GiB as int64).
+MAX_TRACE_ELEMENTS = 2**28
 
 
 def parse_routing(text: str) -> tuple[str, float]:
@@ -27,8 +35,9 @@ def parse_routing(text: str) -> tuple[str, float]:
             exponent = float(text[5:])
         except ValueError:
             exponent = -1.0
-        if not exponent > 0:
-            raise ConfigError(f"expected zipf:S with S > 0, got {text!r}", field="routing")
+        if not (math.isfinite(exponent) and 0 < exponent <= MAX_ZIPF_EXPONENT):
+            raise ConfigError(f"expected zipf:S with 0 < S <= {MAX_ZIPF_EXPONENT:g}, got "
+                              f"{text!r}", field="routing")
         return "zipf", exponent
     if text.endswith(".npy"):
         return "trace", 0.0
@@ -54,11 +63,43 @@ def probabilities(model: Model, routing: str, seed: int) -> np.ndarray:
     return probs / probs.sum(axis=1, keepdims=True)
 
 
+def _trace_header(path: str) -> tuple[tuple[int, ...], np.dtype]:
+    """Shape and dtype from a ``.npy`` header, read before the data so that a file claiming a
+    huge shape is refused without allocating it."""
+    def fail(reason: str) -> ConfigError:
+        return ConfigError(f"not a .npy routing trace: {reason}", file=path, field="routing")
+
+    if zipfile.is_zipfile(path):
+        raise fail("it is an .npz archive (np.savez); save one array with np.save")
+    try:
+        with open(path, "rb") as handle:
+            version = np.lib.format.read_magic(handle)
+            readers = {(1, 0): np.lib.format.read_array_header_1_0,
+                       (2, 0): np.lib.format.read_array_header_2_0}
+            if version not in readers:
+                raise fail(f".npy format version {version[0]}.{version[1]} is not supported")
+            shape, _, dtype = readers[version](handle)
+    except OSError as exc:
+        raise ConfigError(f"cannot read the routing trace: {exc.strerror}", file=path,
+                          field="routing") from None
+    except (ValueError, EOFError, SyntaxError, TypeError) as exc:
+        raise fail(f"{exc}" or "empty or truncated file") from None
+    return tuple(shape), dtype
+
+
 def load_trace(path: str, model: Model) -> np.ndarray:
     """A routing trace as int64 ``[steps, moe_layers, tokens, k]``, validated."""
+    shape, dtype = _trace_header(path)
+    size = math.prod(shape)
+    if size > MAX_TRACE_ELEMENTS:
+        raise ConfigError(f"the header claims {size:,} expert ids {shape}, above memsim's limit "
+                          f"of {MAX_TRACE_ELEMENTS:,}", file=path, field="routing")
+    if len(shape) in (3, 4) and 0 in shape:
+        raise ConfigError(f"the trace is empty (shape {shape}): it needs at least one step "
+                          f"and one token", file=path, field="routing")
     try:
         trace = np.load(Path(path), allow_pickle=False)
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, EOFError) as exc:
         raise ConfigError(f"cannot read a .npy routing trace: {exc}", file=path,
                           field="routing") from None
     if trace.ndim == 3:

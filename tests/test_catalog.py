@@ -10,7 +10,7 @@ from importlib import resources
 import pytest
 
 import memsim
-from memsim.device import load_tier_template, tier_template_names
+from memsim.device import LINK_KINDS, RUNTIME_NAMES, load_tier_template, tier_template_names
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -34,8 +34,10 @@ def raw_device(name: str) -> dict:
 
 def figure_paths(data: dict) -> list[str]:
     """Dotted paths of every figure of a device file that needs a source."""
-    paths = [key for key in ("clock", "cores", "core_memory", "tdp") if key in data]
-    for table in ("compute", "matrix_unit", "tile", "overheads", "link", "host_link", "energy"):
+    paths = [key for key in ("clock", "cores", "core_memory", "tdp", "idle_power", "runtime")
+             if key in data]
+    for table in ("compute", "matrix_unit", "tile", "overheads", "link", "scale_out",
+                  "host_link", "energy"):
         paths += [f"{table}.{key}" for key in data.get(table, {})]
     paths.append("layout.policy")
     for tier in data["tiers"]:
@@ -70,6 +72,29 @@ def test_every_figure_has_a_tagged_source(name):
     assert not missing, f"{name}: no [sources] entry for {missing}"
     untagged = [key for key, text in sources.items() if not TAG.search(text)]
     assert not untagged, f"{name}: sources without a confidence tag: {untagged}"
+
+
+@pytest.mark.parametrize("name", DEVICES)
+def test_power_network_and_runtime_are_given_or_their_absence_explained(name):
+    """Issue 14 items 2 and 5, issue 19 item 2: every catalog device states its idle power, its
+    second network level and its usual software stack, or says in [sources] why not."""
+    dev, sources = memsim.device(name), dict(raw_device(name)["sources"])
+    assert dev.runtime in RUNTIME_NAMES and TAG.search(sources["runtime"])
+    assert "idle_power" in sources
+    if dev.idle_power_w is not None and dev.tdp_w is not None:
+        assert 0 < dev.idle_power_w <= dev.tdp_w
+    assert dev.link is not None and dev.link.kind in LINK_KINDS
+    if dev.scale_out is None:
+        assert TAG.search(sources["scale_out"]), f"{name}: say why there is no [scale_out]"
+    else:
+        assert dev.scale_out.kind in LINK_KINDS
+        assert dev.scale_out.max_chips >= dev.link.max_chips
+
+
+def test_sram_tiers_are_the_only_defaulted_sustained_figures_in_the_catalog():
+    for name in DEVICES:
+        for tier in memsim.device(name).tiers:
+            assert tier.sustained_defaulted == (tier.kind == "sram"), (name, tier.name)
 
 
 @pytest.mark.parametrize("name", DEVICES)

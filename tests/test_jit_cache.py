@@ -33,3 +33,46 @@ def test_import_compiles_nothing_and_a_second_process_hits_the_cache(tmp_path):
     second = _probe(tmp_path)
     assert second["compiled_at_import"] == 0
     assert second["cache_misses"] == 0 and second["cache_hits"] >= 1
+
+
+TINY = """
+from memsim.kernels.jit import jit
+
+@jit
+def add_one(x):
+    return x + 1
+
+print(add_one(41), sum(add_one.stats.cache_hits.values()), sum(add_one.stats.cache_misses.values()))
+"""
+
+
+def _tiny(tmp_path, cache_dir) -> subprocess.CompletedProcess:
+    script = tmp_path / "tiny_kernel.py"
+    script.write_text(TINY)
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(cache_dir))
+    return subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True,
+                          timeout=300)
+
+
+def _truncate(cache_dir, suffix: str) -> int:
+    files = [p for p in cache_dir.rglob(f"*{suffix}") if "tiny_kernel" in p.name]
+    for path in files:
+        path.write_bytes(path.read_bytes()[:10])
+    return len(files)
+
+
+def test_a_corrupted_cache_file_is_reported_in_one_line_and_recompiled(tmp_path):
+    """Issue 18 item 17: a truncated .nbi or .nbc makes one line on stderr, not a traceback,
+    and the next process hits the rewritten cache again."""
+    cache = tmp_path / "cache"
+    assert _tiny(tmp_path, cache).stdout.split() == ["42", "0", "1"]
+    assert _tiny(tmp_path, cache).stdout.split() == ["42", "1", "0"]
+    for suffix in (".nbi", ".nbc"):
+        assert _truncate(cache, suffix) >= 1
+        damaged = _tiny(tmp_path, cache)
+        assert damaged.returncode == 0, damaged.stderr
+        assert damaged.stdout.split() == ["42", "0", "1"]
+        lines = damaged.stderr.strip().splitlines()
+        assert len(lines) == 1 and "unreadable" in lines[0] and "recompiling" in lines[0]
+        healed = _tiny(tmp_path, cache)
+        assert healed.stdout.split() == ["42", "1", "0"] and healed.stderr == ""

@@ -242,11 +242,29 @@ def test_sustained_bandwidth_equal_to_peak_is_fine(tmp_path):
     assert dev.tier("hbm").sustained_bandwidth == dev.tier("hbm").bandwidth == 3.35e12
 
 
-def test_sustained_bandwidth_defaults_to_peak(tmp_path):
+def test_sustained_bandwidth_defaults_to_a_sourced_fraction_of_the_peak(tmp_path):
+    """Issue 13 item 6: a spec-sheet file without a measured figure is not silently optimistic."""
+    from memsim.device import SUSTAINED_FRACTION
     data = raw_device()
     del tier(data, "hbm")["sustained_bandwidth"]
     dev = load_device(write(tmp_path, data))
-    assert dev.tier("hbm").sustained_bandwidth == 3.35e12
+    hbm = dev.tier("hbm")
+    assert hbm.sustained_bandwidth == 3.35e12 * SUSTAINED_FRACTION["hbm"] < hbm.bandwidth
+    assert hbm.sustained_defaulted
+    assert not memsim.device("h100-sxm").tier("hbm").sustained_defaulted
+
+
+def test_a_bandwidth_what_if_keeps_a_defaulted_sustained_figure_defaulted(tmp_path):
+    data = raw_device()
+    del tier(data, "hbm")["sustained_bandwidth"]
+    dev = load_device(write(tmp_path, data)).with_overrides({"tiers.hbm.bandwidth": "4 TB/s"})
+    assert dev.tier("hbm").sustained_defaulted
+    assert dev.tier("hbm").sustained_bandwidth == pytest.approx(4e12 * 0.82)
+
+
+def test_a_bandwidth_what_if_on_a_sustained_equal_to_peak_keeps_them_equal():
+    dev = memsim.device("wse-3").with_overrides({"tiers.ddr.bandwidth": "300 GB/s"})
+    assert dev.tier("ddr").sustained_bandwidth == dev.tier("ddr").bandwidth == 300e9
 
 
 def test_first_tier_must_be_sram(tmp_path):

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 from hypothesis.strategies import SearchStrategy
 
-from memsim.device import TIER_KINDS, TOPOLOGIES, Device
+from memsim.device import LINK_KINDS, RUNTIME_NAMES, TIER_KINDS, TOPOLOGIES, Device
 from memsim.formats import COMPUTE_CLASSES
 from memsim.units import parse_quantity
 
@@ -177,15 +177,29 @@ def _layout(draw, policy: str, names: list[str]) -> dict[str, str]:
 
 @st.composite
 def _optional_tables(draw) -> dict[str, Any]:
-    """A chip-to-chip link, a TDP and a price, each present or not."""
+    """A chip-to-chip link (with a scale-out network behind it or not), a TDP and idle power,
+    a runtime and a price, each present or not."""
     tables: dict[str, Any] = {}
     if draw(st.booleans()):
         tables["link"] = {"bandwidth": f"{draw(st.integers(10, 2_000))} GB/s",
                           "latency": f"{draw(st.integers(50, 5_000))} ns",
                           "topology": draw(st.sampled_from(TOPOLOGIES)),
                           "max_chips": draw(st.integers(2, 256))}
+        if draw(st.booleans()):
+            tables["link"]["kind"] = draw(st.sampled_from(LINK_KINDS))
+        if draw(st.booleans()):
+            tables["scale_out"] = {
+                "kind": draw(st.sampled_from(LINK_KINDS)),
+                "bandwidth": f"{draw(st.integers(1, 200))} GB/s",
+                "latency": f"{draw(st.integers(500, 20_000))} ns",
+                "max_chips": tables["link"]["max_chips"] * draw(st.integers(1, 1024))}
     if draw(st.booleans()):
-        tables["tdp"] = f"{draw(st.integers(10, 2_000))} W"
+        tdp = draw(st.integers(10, 2_000))
+        tables["tdp"] = f"{tdp} W"
+        if draw(st.booleans()):
+            tables["idle_power"] = f"{draw(st.integers(1, tdp))} W"
+    if draw(st.booleans()):
+        tables["runtime"] = draw(st.sampled_from(RUNTIME_NAMES))
     if draw(st.booleans()):
         tables["cost"] = {"usd_per_chip_hour": draw(st.integers(1, 10_000)) / 100}
     return tables

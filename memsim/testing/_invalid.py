@@ -58,7 +58,7 @@ def _unknown_key(draw, data, dev):
 
 
 def _schema_version(draw, data, dev):
-    data["schema_version"] = draw(st.sampled_from([2, 0, "1"]))
+    data["schema_version"] = draw(st.sampled_from([2, 0, "1", True, 1.0]))
     return "schema_version"
 
 
@@ -93,10 +93,100 @@ def _sustained_above_peak(draw, data, dev):
     return f"tiers.{table['name']}.sustained_bandwidth"
 
 
-def _granularity_above_capacity(draw, data, dev):
-    table, i = _tier(draw, data)
-    table["granularity"] = text(dev.tiers[i].capacity + 1, "B")
+def _capacity_below_granularity(draw, data, dev):
+    """A tier smaller than one access: the capacity is blamed, not the granularity."""
+    i = draw(st.sampled_from([i for i, t in enumerate(dev.tiers) if t.granularity > 1]))
+    table = data["tiers"][i]
+    table["capacity"] = text(dev.tiers[i].granularity - 1, "B")
+    return f"tiers.{table['name']}.capacity"
+
+
+def _fractional_bytes(draw, data, dev):
+    """A granularity or scratchpad that is not a whole number of bytes."""
+    if draw(st.booleans()):
+        data["core_memory"] = draw(st.sampled_from(["0.5 B", "1.5 KB", "0.9 B"]))
+        return "core_memory"
+    table, _ = _tier(draw, data)
+    table["granularity"] = draw(st.sampled_from(["0.5 B", "0.9 B", "1.5 B"]))
     return f"tiers.{table['name']}.granularity"
+
+
+def _figure_out_of_range(draw, data, dev):
+    """A well-formed figure outside its documented physical range (docs/limits.md)."""
+    path, value = draw(st.sampled_from([
+        ("clock", "1e-30 Hz"), ("clock", "1 THz"), ("compute.vector", "1e-300 FLOPS"),
+        ("compute.vector", "1e30 FLOPS"), ("energy.per_flop", "1e300 J/FLOP"),
+        ("overheads.op_launch", "1e300 s"), ("overheads.op_launch", "1 h"), ("tdp", "0 W"),
+        ("tdp", "1 GW"), ("core_memory", "1 TB"), ("cores", 9223372036854775807),
+        ("cores", 99999999999999999999), ("tile.n", 2**40), ("matrix_unit.m", 10**6)]))
+    table, key = (data, path) if "." not in path else (data[path.split(".")[0]],
+                                                        path.split(".")[1])
+    table[key] = value
+    return path
+
+
+def _tier_figure_out_of_range(draw, data, dev):
+    table, _ = _tier(draw, data)
+    key, value = draw(st.sampled_from([
+        ("capacity", "2 EB"), ("capacity", "1e10 GB"), ("capacity", "9.3 EB"),
+        ("bandwidth", "1e308 B/s"), ("bandwidth", "1 B/s"), ("latency", "1e300 s"),
+        ("latency", "1 s"), ("energy", "1 J/bit"), ("granularity", "1 GB")]))
+    table.pop("sustained_bandwidth", None)
+    table[key] = value
+    return f"tiers.{table['name']}.{key}"
+
+
+def _tier_name_not_text(draw, data, dev):
+    """A tier ``name`` that is not a string is reported at the tier's position."""
+    i = draw(st.integers(0, len(data["tiers"]) - 1))
+    data["tiers"][i]["name"] = draw(st.sampled_from([7, True, "", 1.5]))
+    return f"tiers.{i}.name"
+
+
+def _spill_inward(draw, data, dev):
+    """``layout.spill`` naming the on-chip tier or the weights' own tier."""
+    names = dev.tier_names
+    inward = names[:names.index(dev.layout.weights) + 1]
+    data["layout"]["spill"] = draw(st.sampled_from(inward))
+    return "layout.spill"
+
+
+def _idle_power(draw, data, dev):
+    """Idle power of zero, above the TDP, or of the wrong dimension."""
+    data["tdp"] = "100 W"
+    data["idle_power"] = draw(st.sampled_from(["0 W", "101 W", "1 kW", "50 J", "50"]))
+    return "idle_power"
+
+
+def _runtime(draw, data, dev):
+    data["runtime"] = draw(st.sampled_from(["vLLM", "tensorrt", "", 3, "llama.cpp"]))
+    return "runtime"
+
+
+def _link_kind(draw, data, dev):
+    data["link"]["kind"] = draw(st.sampled_from(["NVLink", "nvlink4", "", 5]))
+    return "link.kind"
+
+
+def _scale_out(draw, data, dev):
+    """A scale-out network that is malformed or smaller than one link domain."""
+    table = {"kind": "infiniband", "bandwidth": "50 GB/s", "latency": "2.7 us",
+             "max_chips": 1024}
+    key, value = draw(st.sampled_from([
+        ("kind", "myrinet"), ("bandwidth", "400 Gb"), ("latency", "1e300 s"), ("max_chips", 0),
+        ("max_chips", 2**40), ("topology", "hypercube"), ("kind", None), ("bandwith", "1 GB/s")]))
+    if value is None:
+        del table[key]
+    else:
+        table[key] = value
+    data["scale_out"] = table
+    return f"scale_out.{key}"
+
+
+def _scale_out_below_domain(draw, data, dev):
+    data["scale_out"] = {"kind": "ethernet", "bandwidth": "10 GB/s", "latency": "3 us",
+                         "max_chips": dev.link.max_chips - 1}
+    return "scale_out.max_chips"
 
 
 def _first_tier_off_chip(draw, data, dev):
@@ -229,7 +319,19 @@ MUTATIONS = (
     Mutation("a tier figure of the wrong form", _tier_figure),
     Mutation("a device figure of the wrong form", _device_figure),
     Mutation("a sustained bandwidth above the peak", _sustained_above_peak),
-    Mutation("a granularity larger than its tier", _granularity_above_capacity),
+    Mutation("a tier smaller than one access", _capacity_below_granularity,
+             lambda dev: any(t.granularity > 1 for t in dev.tiers)),
+    Mutation("a size that is not a whole number of bytes", _fractional_bytes),
+    Mutation("a device figure outside its physical range", _figure_out_of_range),
+    Mutation("a tier figure outside its physical range", _tier_figure_out_of_range),
+    Mutation("a tier name that is not text", _tier_name_not_text),
+    Mutation("a spill tier that is not further out than the weights", _spill_inward),
+    Mutation("an idle power that is zero, above the TDP or not a power", _idle_power),
+    Mutation("an unknown runtime", _runtime),
+    Mutation("an unknown link kind", _link_kind, lambda dev: dev.link is not None),
+    Mutation("a bad scale-out network", _scale_out),
+    Mutation("a scale-out network smaller than one link domain", _scale_out_below_domain,
+             lambda dev: dev.link is not None and dev.link.max_chips > 1),
     Mutation("the first tier is not on chip", _first_tier_off_chip),
     Mutation("two tiers share a name", _duplicate_tier_name,
               lambda dev: len(dev.tiers) > 1),
