@@ -1,4 +1,4 @@
-"""memsim validate: predictions beside measurements, medians per group, the rows it cannot predict."""
+"""memsim validate: predictions beside measurements, medians per group, rows it cannot predict."""
 
 from __future__ import annotations
 
