@@ -1,9 +1,17 @@
 """Validation: memsim's predictions beside public measurements and the landscape's claims.
 
 ``memsim validate`` (or ``python -m memsim.validate``) reads a validation folder (the
-repository's ``validation/``: ``measurements.toml``, device and model files for hardware and
-models outside the catalog, ``findings.toml`` explaining rows memsim gets wrong), predicts each
-measured configuration, and writes ``docs/validation.md``.
+repository's ``validation/``, shipped inside the package as ``memsim/validation``:
+``measurements.toml``, device and model files for hardware and models outside the catalog,
+``findings.toml`` explaining rows memsim gets wrong), predicts each measured configuration, and
+renders the comparison as Markdown with the median error per group (device family, runtime,
+batch 1 or batched, one chip or several, speculative speedups). ``summary()`` returns the same
+medians as data. Rows memsim cannot predict (time to first token, serving steps with prompt
+chunks, figures that include unpublished speculative decoding, formats memsim does not know)
+are listed with the reason.
+
+Example: ``memsim.validate.summary().median("batch 1")`` is the median absolute error over the
+batch-1 decode rows.
 """
 
 from __future__ import annotations
@@ -11,7 +19,7 @@ from __future__ import annotations
 import statistics
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,13 +29,47 @@ from memsim.device import Device, device as catalog_device, load_device
 from memsim.emulate import emulate
 from memsim.errors import ConfigError
 from memsim.model import Model, load_model, model as catalog_model
+from memsim.speculative import Acceptance, closed_form_tokens, speculative
 from memsim.units import format_quantity
 from memsim.workload import Decode
 
-METRICS = ("tokens_per_s_per_user", "ms_per_token", "tokens_per_s_total")
-REQUIRED = ("id", "device", "model", "weights", "software", "batch", "context", "metric",
-            "value", "source")
-OPTIONAL = ("chips", "parallel", "kv", "note")
+DECODE_METRICS = ("tokens_per_s_per_user", "ms_per_token", "tokens_per_s_total")
+METRICS = DECODE_METRICS + ("ttft_ms", "speedup")
+RUNTIMES = ("llama.cpp-cuda", "llama.cpp-metal", "hf-eager", "gpt-fast", "vllm", "sglang",
+            "trt-llm", "neuron", "jetstream", "mlc-llm", "vendor")
+SPEC_METHODS = ("draft", "heads", "ngram")
+REQUIRED = ("id", "device", "model", "weights", "software", "runtime", "batch", "context",
+            "metric", "value", "source")
+OPTIONAL = ("chips", "parallel", "kv", "note", "prompt", "serving", "speculative_in_figure",
+            "method", "draft", "gamma", "tree", "accepted_tokens", "acceptance")
+HEADER = "# memsim against measurements"
+
+# Device name prefix -> family (catalog and validation device files alike; the device files
+# themselves carry no family key).
+FAMILY_PREFIXES = (
+    ("a100", "NVIDIA"), ("h100", "NVIDIA"), ("h200", "NVIDIA"), ("b200", "NVIDIA"),
+    ("gb200", "NVIDIA"), ("l40", "NVIDIA"), ("rtx-", "NVIDIA"),
+    ("m1-", "Apple"), ("m2-", "Apple"), ("m3-", "Apple"), ("m4-", "Apple"),
+    ("mi2", "AMD"), ("mi3", "AMD"), ("tpu-", "Google TPU"), ("inferentia", "AWS"),
+    ("trainium", "AWS"), ("groq", "Groq"), ("wse", "Cerebras"), ("gaudi", "Intel"),
+    ("maia", "Microsoft"), ("mtia", "Meta"), ("ipu", "Graphcore"),
+)
+
+NO_PREFILL = ("time to first token: memsim has no prefill workload yet (issue 17, item 1), so "
+              "the prompt's processing cannot be predicted")
+NO_MIXED_STEP = ("serving step: the engine mixes prompt chunks of arriving requests into the "
+                 "decode steps ({serving}); memsim has no mixed prefill + decode step yet "
+                 "(issue 17, item 2)")
+SPEC_IN_FIGURE = ("the published figure includes speculative decoding whose draft and "
+                  "acceptance are not published; memsim's plain decode is not comparable")
+
+
+def device_family(name: str) -> str:
+    """The vendor family of a device name (``"other"`` when no prefix matches)."""
+    for prefix, family in FAMILY_PREFIXES:
+        if name.startswith(prefix):
+            return family
+    return "other"
 
 
 @dataclass(frozen=True)
@@ -45,55 +87,214 @@ class Row:
     def id(self) -> str:
         return self.measurement["id"]
 
+    @property
+    def family(self) -> str:
+        """The device's vendor family."""
+        return device_family(self.measurement["device"])
+
+    @property
+    def runtime(self) -> str:
+        """The software stack that took the measurement."""
+        return self.measurement["runtime"]
+
+    @property
+    def chips(self) -> int:
+        return int(self.measurement.get("chips", 1))
+
+    @property
+    def is_speculative(self) -> bool:
+        """A speedup row: memsim predicts speculative decoding's speedup."""
+        return self.measurement["metric"] == "speedup"
+
+    @property
+    def is_decode(self) -> bool:
+        """A decode-speed row (not a speedup, not a time to first token)."""
+        return self.measurement["metric"] in DECODE_METRICS
+
+
+@dataclass(frozen=True)
+class Median:
+    """The median absolute error of one group of predicted rows."""
+
+    group: str                     # e.g. "batch 1", "family NVIDIA", "runtime vllm"
+    rows: int                      # predicted rows in the group
+    median_abs_error: float | None  # None for an empty group
+
+
+@dataclass(frozen=True)
+class Summary:
+    """Medians per group and the rows memsim cannot predict, as data.
+
+    Decode groups (``all``, ``batch 1``, ``batched``, ``single chip``, ``multi-chip``,
+    ``family X``, ``runtime X``) hold the decode-speed rows; ``speculative`` holds the speedup
+    rows (their error is on the speedup).
+    """
+
+    measurements: int
+    predicted: int
+    groups: tuple[Median, ...]
+    unpredictable: tuple[tuple[str, str], ...]    # (row id, reason)
+
+    def median(self, group: str) -> float | None:
+        """The median absolute error of a group by name (None if empty or unknown)."""
+        for item in self.groups:
+            if item.group == group:
+                return item.median_abs_error
+        return None
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data."""
+        return asdict(self)
+
+
+def _median(name: str, rows: Sequence[Row]) -> Median:
+    errors = [abs(r.error) for r in rows if r.error is not None]
+    return Median(name, len(errors), statistics.median(errors) if errors else None)
+
+
+def summarize(rows: Sequence[Row]) -> Summary:
+    """Medians of |error| per group; groups in a fixed order, then families and runtimes."""
+    decode = [r for r in rows if r.is_decode and r.error is not None]
+    groups = [
+        _median("all", decode),
+        _median("batch 1", [r for r in decode if r.measurement["batch"] == 1]),
+        _median("batched", [r for r in decode if r.measurement["batch"] > 1]),
+        _median("single chip", [r for r in decode if r.chips == 1]),
+        _median("multi-chip", [r for r in decode if r.chips > 1]),
+        _median("speculative", [r for r in rows if r.is_speculative]),
+    ]
+    for family in sorted({r.family for r in decode}):
+        groups.append(_median(f"family {family}", [r for r in decode if r.family == family]))
+    for runtime in sorted({r.runtime for r in decode}):
+        groups.append(_median(f"runtime {runtime}", [r for r in decode
+                                                     if r.runtime == runtime]))
+    return Summary(
+        measurements=len(rows),
+        predicted=sum(r.error is not None for r in rows),
+        groups=tuple(groups),
+        unpredictable=tuple((r.id, r.problem) for r in rows if r.error is None),
+    )
+
 
 def default_folder() -> Path:
-    """The repository's validation folder (a source checkout)."""
-    return Path(__file__).resolve().parent.parent / "validation"
+    """The validation folder: a source checkout's ``validation/``, else the packaged copy."""
+    here = Path(__file__).resolve().parent
+    checkout = here.parent / "validation"
+    return checkout if (checkout / "measurements.toml").exists() else here / "validation"
 
 
-def _resolve_device(name: str, folder: Path) -> Device:
+def resolve_device(name: str, folder: Path) -> Device:
+    """A device by name: the validation folder's ``devices/NAME.toml``, else the catalog's."""
     local = folder / "devices" / f"{name}.toml"
     return load_device(local) if local.exists() else catalog_device(name)
 
 
-def _resolve_model(name: str, folder: Path) -> Model:
+def resolve_model(name: str, folder: Path) -> Model:
+    """A model by name: the validation folder's ``models/NAME.toml``, else the catalog's."""
     local = folder / "models" / f"{name}.toml"
     return load_model(local) if local.exists() else catalog_model(name)
+
+
+def _check_row(row: dict[str, Any], i: int, file: str) -> None:
+    prefix = f"measurement.{i}."
+    check_keys(row, required=REQUIRED, optional=OPTIONAL, file=file, prefix=prefix)
+    require_str(row["id"], file=file, field=prefix + "id")
+    require_str(row["source"], file=file, field=prefix + "source")
+    require_int(row["batch"], file=file, field=prefix + "batch")
+    require_int(row["context"], file=file, field=prefix + "context", minimum=0)
+    require_str(row["metric"], file=file, field=prefix + "metric", choices=METRICS)
+    require_str(row["runtime"], file=file, field=prefix + "runtime", choices=RUNTIMES)
+    if not isinstance(row["value"], (int, float)) or row["value"] <= 0:
+        raise ConfigError("expected a positive number", file=file, field=prefix + "value")
+    if row["metric"] == "ttft_ms":
+        require_int(row.get("prompt"), file=file, field=prefix + "prompt")
+    if row["metric"] == "speedup":
+        require_str(row.get("method"), file=file, field=prefix + "method", choices=SPEC_METHODS)
+        require_int(row.get("gamma"), file=file, field=prefix + "gamma")
+        if ("accepted_tokens" in row) == ("acceptance" in row):
+            raise ConfigError("a speedup row gives accepted_tokens (mean tokens per "
+                              "iteration) or acceptance (rate per drafted token), one of them",
+                              file=file, field=prefix + "accepted_tokens")
+        if row["method"] == "draft":
+            require_str(row.get("draft"), file=file, field=prefix + "draft")
 
 
 def load_measurements(folder: Path) -> list[dict[str, Any]]:
     """The measurement tables, checked for their keys and forms."""
     file = str(folder / "measurements.toml")
-    data = read_toml_file(file)
-    rows = data.get("measurement", [])
+    rows = read_toml_file(file).get("measurement", [])
     seen = set()
     for i, row in enumerate(rows):
-        check_keys(row, required=REQUIRED, optional=OPTIONAL, file=file,
-                   prefix=f"measurement.{i}.")
-        require_str(row["id"], file=file, field=f"measurement.{i}.id")
+        _check_row(row, i, file)
         if row["id"] in seen:
             raise ConfigError(f"id {row['id']!r} used twice", file=file,
                               field=f"measurement.{i}.id")
         seen.add(row["id"])
-        require_int(row["batch"], file=file, field=f"measurement.{i}.batch")
-        require_str(row["metric"], file=file, field=f"measurement.{i}.metric", choices=METRICS)
-        if not isinstance(row["value"], (int, float)) or row["value"] <= 0:
-            raise ConfigError("expected a positive number", file=file,
-                              field=f"measurement.{i}.value")
     return rows
+
+
+def acceptance_for(tokens: float, gamma: int, tree: Sequence[int] | None = None) -> float:
+    """The constant per-position acceptance rate whose expected tokens per iteration is
+    ``tokens`` (bisection; a candidate tree of branching factors per depth accepts a depth
+    when any of its ``b`` candidates is accepted: ``1 - (1 - a)^b``)."""
+    def expected(rate: float) -> float:
+        if tree:
+            return Acceptance(tuple(1.0 - (1.0 - rate) ** b for b in tree)).expected_tokens
+        return closed_form_tokens(rate, gamma)
+
+    most = expected(1.0)
+    if not 1.0 <= tokens <= most:
+        raise ConfigError(f"mean accepted tokens {tokens} outside 1 .. {most:g} for this gamma "
+                          "or tree", field="accepted_tokens")
+    low, high = 0.0, 1.0
+    for _ in range(60):
+        mid = (low + high) / 2
+        low, high = (mid, high) if expected(mid) < tokens else (low, mid)
+    return (low + high) / 2
+
+
+def _unpredictable(row: dict[str, Any]) -> str:
+    """Why memsim cannot predict a row as stated ("" when it can try)."""
+    if row["metric"] == "ttft_ms":
+        return NO_PREFILL
+    if row.get("serving"):
+        return NO_MIXED_STEP.format(serving=row["serving"])
+    if row.get("speculative_in_figure"):
+        return SPEC_IN_FIGURE
+    return ""
+
+
+def _decode_fields(row: dict[str, Any]) -> dict[str, Any]:
+    chips = int(row.get("chips", 1))
+    parallel = row.get("parallel", "tp")
+    return dict(batch=row["batch"], context=row["context"], weights=row["weights"],
+                kv=row.get("kv", "bf16"), tp=chips if parallel == "tp" else 1,
+                pp=chips if parallel == "pp" else 1)
+
+
+def _predict_speedup(row: dict[str, Any], dev: Device, mod: Model, folder: Path) -> Row:
+    method = row["method"]
+    tree = tuple(row["tree"]) if row.get("tree") else None
+    rate = (float(row["acceptance"]) if "acceptance" in row
+            else acceptance_for(float(row["accepted_tokens"]), row["gamma"], tree))
+    draft = resolve_model(row["draft"], folder) if method == "draft" else None
+    report = speculative(dev, mod, draft, row["gamma"], rate, method=method, tree=tree,
+                         **_decode_fields(row))
+    return Row(row, report.speedup, report.speedup / row["value"] - 1,
+               f"verify {report.verify_bound_by}", "")
 
 
 def predict(row: dict[str, Any], folder: Path) -> Row:
     """memsim's figure for one measured configuration, in the measurement's metric."""
+    reason = _unpredictable(row)
+    if reason:
+        return Row(row, None, None, "", reason)
     try:
-        dev = _resolve_device(row["device"], folder)
-        mod = _resolve_model(row["model"], folder)
-        chips = int(row.get("chips", 1))
-        parallel = row.get("parallel", "tp")
-        workload = Decode(batch=row["batch"], context=row["context"], weights=row["weights"],
-                          kv=row.get("kv", "bf16"), tp=chips if parallel == "tp" else 1,
-                          pp=chips if parallel == "pp" else 1)
-        report = emulate(dev, mod, workload)
+        dev = resolve_device(row["device"], folder)
+        mod = resolve_model(row["model"], folder)
+        if row["metric"] == "speedup":
+            return _predict_speedup(row, dev, mod, folder)
+        report = emulate(dev, mod, Decode(**_decode_fields(row)))
     except ConfigError as exc:
         return Row(row, None, None, "", str(exc))
     value = {"tokens_per_s_per_user": report.tokens_per_s,
@@ -174,86 +375,160 @@ def _landscape() -> list[str]:
     return lines
 
 
+def _fmt(error: float | None) -> str:
+    return "-" if error is None else f"{100 * error:+.0f}%"
+
+
+def _median_lines(summary: Summary) -> list[str]:
+    lines = ["## Median absolute error by group", "",
+             "Decode rows (tokens per second or milliseconds per token) by batch, chip count, "
+             "device family and runtime; speculative rows on the speedup. `python -c \"import "
+             "memsim.validate as v; print(v.summary().to_dict())\"` gives the same as data.", "",
+             "| group | predicted rows | median abs error |", "|---|---|---|"]
+    for item in summary.groups:
+        value = "-" if item.median_abs_error is None else f"{100 * item.median_abs_error:.1f}%"
+        lines.append(f"| {item.group} | {item.rows} | {value} |")
+    return lines + [""]
+
+
+def _decode_table(rows: Sequence[Row]) -> list[str]:
+    lines = ["## Decode rows", "",
+             "Error: memsim's speed over the measured speed, minus one (positive: memsim predicts "
+             "faster than measured); the roofline column is the same for bytes over peak "
+             "bandwidth.", "",
+             "| id | family | device x chips | model | weights | runtime | batch | context | "
+             "metric | measured | memsim | error | roofline error | memsim bound by |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        m = r.measurement
+        predicted = "-" if r.predicted is None else f"{r.predicted:.1f}"
+        lines.append(f"| {m['id']} | {r.family} | {m['device']} x {r.chips} | {m['model']} | "
+                     f"{m['weights']} | {m['runtime']} | {m['batch']} | {m['context']} | "
+                     f"{m['metric']} | {m['value']} | {predicted} | {_fmt(r.error)} | "
+                     f"{_fmt(r.roofline_error)} | {r.bottleneck or r.problem} |")
+    return lines + [""]
+
+
+def _speculative_table(rows: Sequence[Row]) -> list[str]:
+    lines = ["## Speculative decoding rows", "",
+             "memsim is given the reported mean accepted tokens per iteration (or acceptance "
+             "rate), turned into a constant per-position rate, and predicts the speedup over "
+             "plain decode on the same system (`memsim.speculative`).", "",
+             "| id | device | target | method | draft | gamma / tree | accepted tokens | "
+             "runtime | measured speedup | memsim speedup | error | memsim |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        m = r.measurement
+        shape = f"{m['gamma']}" + (f" / {tuple(m['tree'])}" if m.get("tree") else "")
+        accepted = m.get("accepted_tokens", f"rate {m.get('acceptance')}")
+        predicted = "-" if r.predicted is None else f"{r.predicted:.2f}"
+        lines.append(f"| {m['id']} | {m['device']} | {m['model']} | {m['method']} | "
+                     f"{m.get('draft', '-')} | {shape} | {accepted} | {m['runtime']} | "
+                     f"{m['value']} | {predicted} | {_fmt(r.error)} | "
+                     f"{r.bottleneck or r.problem} |")
+    return lines + [""]
+
+
+def _unpredictable_lines(rows: Sequence[Row]) -> list[str]:
+    missing = [r for r in rows if r.error is None]
+    lines = ["## Rows memsim does not predict, and why", ""]
+    for r in missing:
+        m = r.measurement
+        what = f"{m['metric']} {m['value']}" + (f", prompt {m['prompt']}" if m.get("prompt")
+                                                 else "")
+        lines.append(f"- **{r.id}** ({m['device']} x {r.chips}, {m['model']}, {m['weights']}, "
+                     f"{m['runtime']}, batch {m['batch']}; {what}): {r.problem}")
+    return lines + [""]
+
+
 def render(rows: Sequence[Row], folder: Path) -> str:
-    """The Markdown of docs/validation.md."""
+    """The Markdown report (docs/validation.md)."""
     findings: dict[str, str] = {}
     findings_file = folder / "findings.toml"
     if findings_file.exists():
         findings = {str(k): str(v) for k, v in read_toml_file(findings_file).items()}
-    batch1 = [abs(r.error) for r in rows if r.error is not None
-              and r.measurement["batch"] == 1]
-    every = [abs(r.error) for r in rows if r.error is not None]
-    roof1 = [abs(r.roofline_error) for r in rows if r.roofline_error is not None
+    summary = summarize(rows)
+    decode = [r for r in rows if not r.is_speculative]
+    roof1 = [abs(r.roofline_error) for r in decode if r.roofline_error is not None
              and r.measurement["batch"] == 1]
+    batch1, every = summary.groups[1], summary.groups[0]
     lines = [
-        "# memsim against measurements",
-        "",
+        HEADER, "",
         "Generated by `memsim validate` from `validation/` (measurements, their sources, device "
-        "and model files for hardware and models outside the catalog). Do not edit by hand.",
-        "",
-        f"{len(rows)} measurements; memsim predicts {len(every)}. Median absolute error: "
-        f"**{100 * statistics.median(batch1):.1f}%** over the {len(batch1)} batch-1 rows"
-        if batch1 else f"{len(rows)} measurements.",
+        "and model files for hardware and models outside the catalog). Do not edit by hand.", "",
+        f"{summary.measurements} measurements; memsim predicts {summary.predicted}.",
     ]
-    if every:
-        lines[-1] += f", {100 * statistics.median(every):.1f}% over all {len(every)}."
+    if batch1.median_abs_error is not None:
+        lines[-1] += (f" Median absolute error: **{100 * batch1.median_abs_error:.1f}%** over the "
+                      f"{batch1.rows} batch-1 decode rows, "
+                      f"{100 * (every.median_abs_error or 0.0):.1f}% over all {every.rows} "
+                      "decode rows.")
     if roof1:
         lines += ["", f"A bytes-over-peak-bandwidth roofline of the same rows (the bytes memsim "
                       f"counts, over the main memory's peak) is off by a median "
                       f"**{100 * statistics.median(roof1):.1f}%** at batch 1: the gap memsim's "
                       "cycle model (sustained bandwidth, launches, collective latency, waves, "
                       "dequantization) is there to close."]
-    lines += [
-        "",
-        "Error: memsim's speed over the measured speed, minus one (positive: memsim predicts "
-        "faster than measured); the roofline column is the same for bytes over peak bandwidth.",
-        "",
-        "| id | device x chips | model | weights | software | batch | context | metric | "
-        "measured | memsim | error | roofline error | memsim bound by |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    for r in rows:
-        m = r.measurement
-        predicted = "-" if r.predicted is None else f"{r.predicted:.1f}"
-        error = "-" if r.error is None else f"{100 * r.error:+.0f}%"
-        roof = "-" if r.roofline_error is None else f"{100 * r.roofline_error:+.0f}%"
-        lines.append(f"| {m['id']} | {m['device']} x {m.get('chips', 1)} | {m['model']} | "
-                     f"{m['weights']} | {m['software']} | {m['batch']} | {m['context']} | "
-                     f"{m['metric']} | {m['value']} | {predicted} | {error} | {roof} | "
-                     f"{r.bottleneck or r.problem} |")
-    worst = sorted((r for r in rows if r.error is not None), key=lambda r: -abs(r.error))[:8]
-    lines += ["", "## The worst rows, explained", ""]
+    lines += [""] + _median_lines(summary) + _decode_table(decode)
+    lines += _speculative_table([r for r in rows if r.is_speculative])
+    lines += _unpredictable_lines(rows)
+    worst = sorted((r for r in rows if r.error is not None), key=lambda r: -abs(r.error))[:10]
+    lines += ["## The worst rows, explained", ""]
     for r in worst:
-        text = findings.get(r.id, "not yet explained")
-        lines.append(f"- **{r.id}** ({100 * r.error:+.0f}%): {text}")
+        lines.append(f"- **{r.id}** ({100 * r.error:+.0f}%): "
+                     f"{findings.get(r.id, 'not yet explained')}")
     lines += ["", "## Sources", ""]
     for r in rows:
         note = f" ({r.measurement['note']})" if r.measurement.get("note") else ""
-        lines.append(f"- **{r.id}**: {r.measurement['source']}{note}")
+        lines.append(f"- **{r.id}** [{r.measurement['software']}]: "
+                     f"{r.measurement['source']}{note}")
     lines += [""] + _landscape()
     return "\n".join(lines) + "\n"
 
 
+def _write(text: str, output: Path) -> None:
+    """Write the report, refusing to replace a file that is not an earlier report."""
+    if output.exists():
+        try:
+            first = output.read_text(encoding="utf-8").split("\n", 1)[0]
+        except (OSError, UnicodeDecodeError):
+            first = ""
+        if first.strip() != HEADER:
+            raise ConfigError(f"{output} exists and is not a memsim validation report; choose "
+                              "another path or remove it", field="--output")
+    output.write_text(text, encoding="utf-8")
+
+
 def validate(folder: Path | None = None, output: Path | None = None) -> tuple[list[Row], str]:
-    """Predict every measurement and write the report; returns the rows and the Markdown."""
-    folder = folder or default_folder()
+    """Predict every measurement and render the report; write it only to ``output`` (an
+    existing file there must be an earlier report). Returns the rows and the Markdown."""
+    folder = Path(folder) if folder is not None else default_folder()
     if not (folder / "measurements.toml").exists():
         raise ConfigError("no measurements.toml in the validation folder", file=str(folder),
                           field="--folder")
     rows = [predict(row, folder) for row in load_measurements(folder)]
     text = render(rows, folder)
     if output is not None:
-        Path(output).write_text(text)
+        _write(text, Path(output))
     return rows, text
 
 
+def summary(folder: Path | None = None) -> Summary:
+    """The medians per group and the unpredictable rows of a validation folder, as data."""
+    rows, _ = validate(folder)
+    return summarize(rows)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m memsim.validate [FOLDER] [OUTPUT]``."""
+    """``python -m memsim.validate [FOLDER] [OUTPUT]``: print the report, or write OUTPUT."""
     args = list(sys.argv[1:] if argv is None else argv)
     folder = Path(args[0]) if args else default_folder()
-    output = Path(args[1]) if len(args) > 1 else folder.parent / "docs" / "validation.md"
-    rows, _ = validate(folder, output)
-    print(f"wrote {output}: {len(rows)} rows")
+    output = Path(args[1]) if len(args) > 1 else None
+    rows, text = validate(folder, output)
+    if output is None:
+        print(text, end="")
+    else:
+        print(f"wrote {output}: {len(rows)} rows")
     return 0
 
 

@@ -1,22 +1,38 @@
-"""memsim validate: predictions beside measurements, and the landscape's table."""
+"""memsim validate: predictions beside measurements, medians per group, rows it cannot predict."""
 
 from __future__ import annotations
 
 import shutil
+import statistics
 from pathlib import Path
 
 import pytest
 
 import memsim
-from memsim.validate import validate
+from memsim.speculative import Acceptance, closed_form_tokens
+from memsim.validate import (
+    METRICS,
+    RUNTIMES,
+    Row,
+    acceptance_for,
+    default_folder,
+    device_family,
+    load_measurements,
+    predict,
+    resolve_device,
+    resolve_model,
+    summarize,
+    validate,
+)
 
 ROW = """
 [[measurement]]
 id = "{id}"
 device = "{device}"
 model = "{model}"
-weights = "bf16"
+weights = "{weights}"
 software = "test"
+runtime = "vllm"
 batch = {batch}
 context = 512
 metric = "{metric}"
@@ -34,7 +50,8 @@ def folder_with(tmp_path: Path, rows: list[dict], findings: str = "") -> Path:
     text = (Path(memsim.__file__).parent.parent / "devices" / "h100-sxm.toml").read_text()
     (folder / "devices" / "my-gpu.toml").write_text(text.replace('name = "h100-sxm"',
                                                                  'name = "my-gpu"'))
-    (folder / "measurements.toml").write_text("".join(ROW.format(**row) for row in rows))
+    (folder / "measurements.toml").write_text(
+        "".join(ROW.format(**{"weights": "bf16", **row}) for row in rows))
     if findings:
         (folder / "findings.toml").write_text(findings)
     return folder
@@ -48,6 +65,8 @@ def test_rows_are_predicted_in_their_metric(tmp_path):
              metric="tokens_per_s_total", value=500.0),
         dict(id="c", device="h100-sxm", model="llama-3-70b", batch=1,
              metric="tokens_per_s_per_user", value=20.0),
+        dict(id="d", device="my-gpu", model="my-model", batch=1, weights="q9_z",
+             metric="tokens_per_s_per_user", value=20.0),
     ], findings='a = "the test says why"\n')
     rows, text = validate(folder, tmp_path / "out.md")
     by_id = {r.id: r for r in rows}
@@ -55,7 +74,11 @@ def test_rows_are_predicted_in_their_metric(tmp_path):
     assert by_id["a"].predicted == pytest.approx(1e3 * report.time_per_token)
     assert by_id["a"].error == pytest.approx(1.0 / by_id["a"].predicted - 1)   # on speed
     assert by_id["c"].predicted is None and "short by" in by_id["c"].problem
+    # An unknown format is listed with its reason, not raised.
+    assert by_id["d"].predicted is None and "unknown format 'q9_z'" in by_id["d"].problem
+    assert "Rows memsim does not predict" in text and "**d**" in text
     assert "the test says why" in text and "Median absolute error" in text
+    assert "| family NVIDIA |" in text and "| runtime vllm |" in text
     assert "8x NVIDIA H100" in text and (tmp_path / "out.md").read_text() == text
 
 
@@ -65,3 +88,106 @@ def test_a_bad_measurement_names_its_field(tmp_path):
     with pytest.raises(memsim.ConfigError) as info:
         validate(folder)
     assert info.value.field == "measurement.0.metric"
+
+
+def test_a_row_without_a_runtime_is_refused(tmp_path):
+    folder = folder_with(tmp_path, [dict(id="a", device="h100-sxm", model="llama-3-8b",
+                                         batch=1, metric="ms_per_token", value=1.0)])
+    text = (folder / "measurements.toml").read_text().replace('runtime = "vllm"\n', "")
+    (folder / "measurements.toml").write_text(text)
+    with pytest.raises(memsim.ConfigError) as info:
+        load_measurements(folder)
+    assert info.value.field == "measurement.0.runtime"
+
+
+def _row(error: float | None, *, device="h100-sxm", runtime="vllm", batch=1, chips=1,
+         metric="tokens_per_s_per_user") -> Row:
+    measurement = dict(id=f"r{error}{device}{runtime}{batch}{chips}{metric}", device=device,
+                       runtime=runtime, batch=batch, chips=chips, metric=metric)
+    return Row(measurement, None if error is None else 1.0, error, "", "" if error is not None
+               else "a reason")
+
+
+def test_medians_per_group_are_the_medians_of_their_rows():
+    rows = [
+        _row(0.10), _row(-0.30), _row(0.20, batch=8),                     # NVIDIA, vllm
+        _row(0.50, device="m2-ultra", runtime="llama.cpp-metal"),
+        _row(-0.05, device="m2-ultra", runtime="llama.cpp-metal", chips=2),
+        _row(0.40, device="groq-lpu", runtime="vendor", chips=576),
+        _row(0.25, metric="speedup"), _row(-0.15, metric="speedup"),
+        _row(None), _row(None, metric="ttft_ms"),
+    ]
+    summary = summarize(rows)
+    assert summary.measurements == 10 and summary.predicted == 8
+    assert summary.median("all") == pytest.approx(statistics.median(
+        [0.10, 0.30, 0.20, 0.50, 0.05, 0.40]))
+    assert summary.median("batch 1") == pytest.approx(statistics.median(
+        [0.10, 0.30, 0.50, 0.05, 0.40]))
+    assert summary.median("batched") == pytest.approx(0.20)
+    assert summary.median("single chip") == pytest.approx(statistics.median(
+        [0.10, 0.30, 0.20, 0.50]))
+    assert summary.median("multi-chip") == pytest.approx(statistics.median([0.05, 0.40]))
+    assert summary.median("speculative") == pytest.approx(0.20)
+    assert summary.median("family NVIDIA") == pytest.approx(0.20)
+    assert summary.median("family Apple") == pytest.approx(statistics.median([0.50, 0.05]))
+    assert summary.median("family Groq") == pytest.approx(0.40)
+    assert summary.median("runtime llama.cpp-metal") == pytest.approx(0.275)
+    assert summary.median("runtime vendor") == pytest.approx(0.40)
+    assert len(summary.unpredictable) == 2
+    assert summary.to_dict()["groups"][0]["group"] == "all"
+
+
+def test_device_families_follow_the_name():
+    assert [device_family(n) for n in ("h100-sxm", "a100-pcie-80gb", "rtx-4090", "m3-max",
+                                       "mi300x", "tpu-v5e", "inferentia2", "groq-lpu",
+                                       "wse-3", "unheard-of")] == [
+        "NVIDIA", "NVIDIA", "NVIDIA", "Apple", "AMD", "Google TPU", "AWS", "Groq", "Cerebras",
+        "other"]
+
+
+def test_acceptance_inverts_the_expected_tokens():
+    assert acceptance_for(closed_form_tokens(0.7, 5), 5) == pytest.approx(0.7, abs=1e-9)
+    tree = (4, 2, 2, 2)
+    tokens = Acceptance(tuple(1 - (1 - 0.4) ** b for b in tree)).expected_tokens
+    assert acceptance_for(tokens, 4, tree) == pytest.approx(0.4, abs=1e-9)
+    with pytest.raises(memsim.ConfigError):
+        acceptance_for(7.0, 5)                     # more than gamma + 1 tokens
+
+
+@pytest.mark.parametrize("extra, reason", [
+    (dict(metric="ttft_ms", prompt=128), "no prefill workload"),
+    (dict(serving="chunked prefill, 512-token chunks"), "mixed prefill + decode"),
+    (dict(speculative_in_figure=True), "includes speculative decoding"),
+])
+def test_rows_memsim_cannot_predict_say_why(extra, reason):
+    row = {**dict(id="x", device="h100-sxm", model="llama-3-8b", weights="bf16", software="s",
+                  runtime="trt-llm", batch=1, context=128, metric="tokens_per_s_per_user",
+                  value=1.0, source="s"), **extra}
+    result = predict(row, default_folder())
+    assert result.predicted is None and result.error is None and reason in result.problem
+
+
+def test_a_report_never_replaces_a_users_file(tmp_path):
+    folder = folder_with(tmp_path, [dict(id="a", device="h100-sxm", model="llama-3-8b",
+                                         batch=1, metric="ms_per_token", value=1.0)])
+    mine = tmp_path / "notes.md"
+    mine.write_text("my notes\n")
+    with pytest.raises(memsim.ConfigError):
+        validate(folder, mine)
+    assert mine.read_text() == "my notes\n"
+
+
+def test_every_repository_row_is_sourced_and_resolves():
+    folder = default_folder()
+    rows = load_measurements(folder)
+    assert len(rows) >= 90
+    for row in rows:
+        assert row["source"].strip() and row["runtime"] in RUNTIMES
+        assert row["metric"] in METRICS
+        resolve_device(row["device"], folder)
+        resolve_model(row["model"], folder)
+        if row["metric"] == "speedup" and row["method"] == "draft":
+            resolve_model(row["draft"], folder)
+    metrics = {row["metric"] for row in rows}
+    assert {"ttft_ms", "speedup"} <= metrics
+    assert any(row.get("serving") and row["batch"] >= 32 for row in rows)
