@@ -935,14 +935,15 @@ def _collective(op, op_int, op_float, n_tiers, results, times):
 
 
 @jit
-def _send(op, op_int, link_bandwidth, link_latency_s, n_tiers, results, times):
-    """One pipeline hand-off: ``m x k`` activations to the next stage over one link hop."""
+def _send(op, op_int, op_float, n_tiers, results, times):
+    """One pipeline hand-off: ``m x k`` activations to the next stage over one link hop (the
+    plan prices it on the link it crosses: ``F_LINK_S``, ``F_LINK_LATENCY_S``)."""
     sent = op_int[op, C_M] * op_int[op, C_K] * op_int[op, C_ACT_BITS]
     results[op, R_LINK_BITS] += sent
     results[op, R_ACT_READ_BITS] += sent
     results[op, R_WAVES] += 1
-    times[op, n_tiers] += sent / 8.0 / link_bandwidth
-    times[op, n_tiers + 2] += link_latency_s
+    times[op, n_tiers] += op_float[op, F_LINK_S]
+    times[op, n_tiers + 2] += op_float[op, F_LINK_LATENCY_S]
 
 
 @jit
@@ -1016,7 +1017,7 @@ def _walk_op(op, kind, route, op_int, op_float, step, seed, n_cores, vector_rate
     elif kind == OP_COLLECTIVE:
         _collective(op, op_int, op_float, n_tiers, results, times)
     elif kind == OP_SEND:
-        _send(op, op_int, link_bandwidth, link_latency_s, n_tiers, results, times)
+        _send(op, op_int, op_float, n_tiers, results, times)
     else:
         _vector_op(op, op_int, step, seed, vector_rate, tier_bandwidth, tier_latency_s,
                    arena, read_bits, written_bits, results, times, wave_bits)

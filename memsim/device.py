@@ -97,6 +97,7 @@ class Link:
     energy_j_per_byte: float = 0.0
     collective_latency_s: float = 0.0   # fixed start-up of one collective call
     kind: str | None = None
+    ranks_per_chip: int = 1             # tensor-parallel ranks one chip runs (one per core)
 
 
 @dataclass(frozen=True)
@@ -367,7 +368,7 @@ def parse_tier(table: Mapping[str, Any], *, file: str, prefix: str) -> Tier:
 _LINK_KEYS = {
     "host_link": (("bandwidth",), ("latency", "kind")),
     "link": (("bandwidth", "latency", "topology", "max_chips"),
-             ("energy", "collective_latency", "kind")),
+             ("energy", "collective_latency", "kind", "ranks_per_chip")),
     "scale_out": (("bandwidth", "latency", "kind", "max_chips"),
                   ("energy", "collective_latency", "topology")),
 }
@@ -402,6 +403,8 @@ def _parse_link(table: Any, *, file: str, name: str) -> Link:
                              field=prefix + "topology", choices=TOPOLOGIES),
         max_chips=max_chips, energy_j_per_byte=energy,
         collective_latency_s=time("collective_latency"), kind=kind,
+        ranks_per_chip=require_int(table.get("ranks_per_chip", 1), file=file,
+                                   field=prefix + "ranks_per_chip"),
     )
 
 

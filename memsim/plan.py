@@ -23,11 +23,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from memsim.device import Device
+from memsim.device import Device, Link
 from memsim.errors import CapacityError, ConfigError
 from memsim.checkpoints import weight_formats
 from memsim.formats import Format, get_format
 from memsim.kernels import step as k
+from memsim.limits import check_sizes
 from memsim.layout import (PlacementRule, Shard, balanced_stages, collective_steps,
                            default_homes, parse_placement, policies, shard, spill_tier)
 from memsim.model import Model
@@ -188,19 +189,46 @@ def resolve_runtime(device: Device, workload: Decode) -> Runtime:
     return runtime(getattr(device, "runtime", None) or "vendor")
 
 
+# A device file's link kinds as the collective libraries' cost tables know them (DCN is the
+# Ethernet between TPU slices; NeuronLink, IPU-Links and Groq's RealScale have no library row).
+LIBRARY_LINK_KIND = {"nvlink": "nvlink", "infinity-fabric": "infinity-fabric", "pcie": "pcie",
+                     "ici": "ici", "ethernet": "ethernet", "infiniband": "infiniband",
+                     "dcn": "ethernet"}
+
+
+def crossing_link(device: Device, boundary: int, span: int) -> Link:
+    """The link between chips ``boundary - span .. boundary - 1`` and the ``span`` chips from
+    ``boundary`` on: the link domain's when both sides lie in one domain of
+    ``link.max_chips`` chips, else the scale-out network's."""
+    link = device.link
+    domain = link.max_chips
+    first, last = boundary - span, boundary + span - 1
+    if device.scale_out is None or first // domain == last // domain:
+        return link
+    return device.scale_out
+
+
 def collective_seconds(stack: Runtime, device: Device, row: np.ndarray) -> tuple[float, float]:
     """Bandwidth and latency time of the collective in op row ``row``, as the stack's library
-    runs it (:func:`memsim.runtime.collective_time`); a library without a tuning model of its own
-    also pays the device file's collective start-up (``link.collective_latency``)."""
-    link = device.link
+    runs it (:func:`memsim.runtime.collective_time`), on the link domain or, for a group larger
+    than one domain, on the scale-out network (a flat ring over it: NCCL's hierarchical
+    algorithms are not modelled). A library without a tuning model of its own also pays the
+    device file's collective start-up (``collective_latency``)."""
+    chips = int(row[k.C_CHIPS])
+    link = device.link if chips <= device.link.max_chips else device.scale_out
     kind = "all_reduce" if row[k.C_PASSES] == 2 else "all_gather"
     message_bytes = -(-int(row[k.C_M]) * int(row[k.C_K]) * int(row[k.C_ACT_BITS]) // 8)
-    timed = collective_time(stack, kind, message_bytes, int(row[k.C_CHIPS]),
-                            getattr(link, "kind", "other"), link.bandwidth, link.latency_s,
-                            int(row[k.C_LINK_STEPS]))
+    timed = collective_time(stack, kind, message_bytes, chips,
+                            LIBRARY_LINK_KIND.get(link.kind or "", "other"), link.bandwidth,
+                            link.latency_s, int(row[k.C_LINK_STEPS]))
     start_up = (link.collective_latency_s
-                if collective_library(timed.library).model == "simple" else 0.0)
+                if collective_library(stack.collective.library).model == "simple" else 0.0)
     return timed.bandwidth_s, timed.latency_s + start_up
+
+
+def send_seconds(link: Link, row: list[int]) -> tuple[float, float]:
+    """A pipeline hand-off's bandwidth and latency time over ``link``."""
+    return row[k.C_M] * row[k.C_K] * row[k.C_ACT_BITS] / 8.0 / link.bandwidth, link.latency_s
 
 
 def act_reuse_tiles(device: Device, tile_n: int) -> int:
@@ -387,6 +415,8 @@ def plan_system(device: Device, model: Model, workload: Decode) -> SystemPlan:
     The ``auto`` policy takes the device's own; when that does not fit and the device has a
     slower tier to spill to, it takes ``tiered``.
     """
+    check_sizes(device, model, workload)
+    _check_window(model, workload)
     if workload.policy != "auto":
         return _plan_policy(device, model, workload, workload.policy)
     try:
@@ -397,6 +427,17 @@ def plan_system(device: Device, model: Model, workload: Decode) -> SystemPlan:
         return _plan_policy(device, model, workload, "tiered")
 
 
+def _check_window(model: Model, workload: Decode) -> None:
+    """Sliding-window attention is not modelled: a sequence may not outgrow the window."""
+    limit = model.whole_context_limit
+    tokens = workload.context + workload.steps * workload.new_tokens
+    if limit is not None and tokens > limit:
+        raise ConfigError(f"{model.name} attends to a sliding window of {limit} tokens on "
+                          f"{len(model.window_layers)} of {model.layers} layers; memsim does not "
+                          f"model windows yet, so a sequence may hold at most {limit} tokens, "
+                          f"got {tokens}", field="context")
+
+
 def _check_chips(device: Device, workload: Decode) -> None:
     if workload.chips == 1:
         return
@@ -405,25 +446,24 @@ def _check_chips(device: Device, workload: Decode) -> None:
                           f"runs on one chip; got tp={workload.tp}, pp={workload.pp}, "
                           f"ep={workload.ep}", file=device.file,
                           field="ep" if workload.ep > 1 else "tp")
-    if workload.chips > device.link.max_chips:
+    reach = device.link.max_chips if device.scale_out is None else device.scale_out.max_chips
+    if workload.chips > reach:
         ranks = tp_ranks_per_chip(device)
         hint = (f"; tp counts chips, and each {device.name} chip runs {ranks} tensor-parallel "
                 f"ranks (one per {device.core_name}): {workload.tp} ranks are "
                 f"tp={workload.tp // ranks}" if ranks > 1 and workload.tp % ranks == 0 else "")
-        raise ConfigError(f"tp x pp x ep = {workload.chips} chips exceeds the "
-                          f"{device.link.max_chips} "
-                          f"chips one {device.name} link domain connects (link.max_chips)"
-                          f"{hint}", file=device.file,
-                          field="tp" if workload.tp > device.link.max_chips else "pp")
+        where = ("one link domain connects (link.max_chips)" if device.scale_out is None
+                 else "its scale-out network reaches (scale_out.max_chips)")
+        raise ConfigError(f"tp x pp x ep = {workload.chips} chips exceeds the {reach} "
+                          f"chips {device.name}'s {where}{hint}", file=device.file,
+                          field="tp" if workload.tp > reach else "pp")
 
 
 def tp_ranks_per_chip(device: Device) -> int:
     """Tensor-parallel ranks one chip runs: its engine shards over cores when the device file's
     link says so (``link.ranks_per_chip``; AWS Neuron runs one rank per NeuronCore, two per
     Inferentia2 chip), else one rank per chip. Head and FFN padding follow the ranks."""
-    if device.link is None:
-        return 1
-    return getattr(device.link, "ranks_per_chip", 1)
+    return 1 if device.link is None else device.link.ranks_per_chip
 
 
 def _check_expert_parallel(model: Model, workload: Decode) -> None:
@@ -754,10 +794,14 @@ def _plan_stage(device: Device, model: Model, workload: Decode, policy: str, sh:
         if expert_chip >= 0:
             continue                    # expert-parallel chips are side by side, not a pipeline
         if stage < stages - 1:
-            add_op("send", k.OP_SEND, -1, -1, act, m=m_rows, kk=h)
+            row = add_op("send", k.OP_SEND, -1, -1, act, m=m_rows, kk=h)
+            floats[-1] = floats[-1][:3] + send_seconds(
+                crossing_link(device, sh.tp * (stage + 1), sh.tp), row)
         elif stages > 1:
-            add_op("send_tokens", k.OP_SEND, -1, -1, act, m=m_rows, kk=1,
-                   act_bits=TOKEN_ID_BITS)
+            row = add_op("send_tokens", k.OP_SEND, -1, -1, act, m=m_rows, kk=1,
+                         act_bits=TOKEN_ID_BITS)
+            floats[-1] = floats[-1][:3] + send_seconds(
+                crossing_link(device, sh.tp * stages, sh.tp * stages), row)
 
     residency = workload.residency
     if residency == "auto":

@@ -278,8 +278,8 @@ def run_step(plan: Plan, state: ReferenceState, step: int, routes=None) -> dict:
             counters["link_bits"] += sent
             counters["act_read_bits"] += sent
             counters["waves"] += 1
-            out["times"][op][n_tiers] += sent / 8.0 / plan.link_bandwidth
-            out["times"][op][n_tiers + 2] += plan.link_latency_s
+            out["times"][op][n_tiers] += link_s            # priced by the plan on its link
+            out["times"][op][n_tiers + 2] += link_latency_s
 
         else:
             m, kdim = row[k.C_M], row[k.C_K]
