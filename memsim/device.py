@@ -137,6 +137,7 @@ class Device:
     idle_power_w: float | None = None
     scale_out: Link | None = None
     runtime: str | None = None
+    activation_width: int = 0    # output columns one staged activation read feeds (0: matrix_unit n)
 
     def tier(self, name: str) -> Tier:
         """The tier called ``name``."""
@@ -544,7 +545,8 @@ def parse_device(data: Mapping[str, Any], *, file: str) -> Device:
     unit = require_table(data["matrix_unit"], file=file, field="matrix_unit")
     check_keys(unit, required=("m", "n", "k"), file=file, prefix="matrix_unit.")
     tile = require_table(data["tile"], file=file, field="tile")
-    check_keys(tile, required=("k", "n"), file=file, prefix="tile.")
+    check_keys(tile, required=("k", "n"), optional=("activation_width",), file=file,
+               prefix="tile.")
 
     raw_tiers = data["tiers"]
     if not isinstance(raw_tiers, list) or not raw_tiers:
@@ -577,6 +579,8 @@ def parse_device(data: Mapping[str, Any], *, file: str) -> Device:
                           for k in ("m", "n", "k")),
         tile_k=_count(tile, "k", "tile", file=file, prefix="tile."),
         tile_n=_count(tile, "n", "tile", file=file, prefix="tile."),
+        activation_width=(_count(tile, "activation_width", "tile", file=file, prefix="tile.")
+                          if "activation_width" in tile else 0),
         tiers=tuple(tiers),
         layout=layout,
         op_launch_s=_q(overheads, "op_launch", "time", file=file, prefix="overheads.",

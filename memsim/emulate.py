@@ -196,7 +196,7 @@ class SystemRun:
         self.peer_ops = (self.op_int[:, k.C_KIND] == k.OP_EMBED) & (system.workload.tp > 1)
         self.energy = tuple(float(e) for e in stages[0].tier_energy_j_per_byte)
         self.host_s = host_time_per_step(stages[0].runtime)
-        self.static_power_w = getattr(system.device, "idle_power_w", 0.0) * system.chips
+        self.static_power_w = (system.device.idle_power_w or 0.0) * system.chips
         self.summaries: list[StepSummary] = []
         self.cold: StepCounts | None = None
         self.warm: StepCounts | None = None

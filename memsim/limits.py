@@ -24,7 +24,8 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING
 
 from memsim.errors import ConfigError
-from memsim.formats import get_format
+from memsim.checkpoints import ROLES, weight_formats
+from memsim.formats import Format, get_format
 from memsim.units import format_quantity
 
 if TYPE_CHECKING:  # the data floor: limits is imported by device.py, so no runtime import back
@@ -161,6 +162,15 @@ def _check_shape(model: Model, workload: Decode) -> None:
                               f"{largest:,} (docs/limits.md)", field=name)
 
 
+def _widest_weight_format(model: Model, weights: str) -> Format:
+    """The checkpoint's widest weight format (an upper bound for every role's bits)."""
+    formats = weight_formats(weights)
+    found = [formats.for_tensor(role, layer, model.layers) for role in ROLES
+             for layer in range(min(model.layers, 8)) if role not in ("embedding", "lm_head")]
+    found += [formats.for_tensor(role, -1, model.layers) for role in ("embedding", "lm_head")]
+    return max(found, key=lambda f: f.tensor_bits((1, 4096)))
+
+
 def largest_counts(device: Device, model: Model, workload: Decode) -> dict[str, int]:
     """Upper bounds of the largest counts one decode step can reach, as Python ints.
 
@@ -179,7 +189,7 @@ def largest_counts(device: Device, model: Model, workload: Decode) -> dict[str, 
     tile_k = workload.tile_k or device.tile_k
     tile_n = workload.tile_n or device.tile_n
     steps, new = workload.steps, workload.new_tokens
-    wfmt, kvfmt = get_format(workload.weights), get_format(workload.kv)
+    wfmt, kvfmt = _widest_weight_format(model, workload.weights), get_format(workload.kv)
     params = max(model.total_params, 1)
     k = max(model.hidden, 1)
     weights_bits = wfmt.tensor_bits((-(-params // k) + model.layers * 16, k))

@@ -232,9 +232,10 @@ def send_seconds(link: Link, row: list[int]) -> tuple[float, float]:
 
 
 def act_reuse_tiles(device: Device, tile_n: int) -> int:
-    """N tiles of ``tile_n`` columns that one core computes from one staged activation chunk:
-    the matrix unit's widest output (a Hopper warpgroup MMA spans N = 256, PTX ISA)."""
-    return max(1, device.matrix_unit[1] // tile_n)
+    """N tiles of ``tile_n`` columns fed by one read of a staged activation chunk: the device
+    file's ``tile.activation_width`` (e.g. a cluster of CTAs sharing it by multicast), else the
+    matrix unit's widest output (a Hopper warpgroup MMA spans N = 256, PTX ISA)."""
+    return max(1, (device.activation_width or device.matrix_unit[1]) // tile_n)
 
 
 # Tensors of one chip ----------------------------------------------------------------------

@@ -144,6 +144,8 @@ class SpecReport:
     draft_bound_by: str
     verify_time_by_bound: dict[str, float] = field(default_factory=dict)
     gamma_scan: tuple[tuple[int, float], ...] = ()
+    bookkeeping_time_s: float = 0.0  # the runtime's host work per draft step and per iteration
+    runtime: str = ""
 
     @property
     def tokens_per_iteration(self) -> float:
@@ -152,8 +154,10 @@ class SpecReport:
 
     @property
     def iteration_time_s(self) -> float:
-        """Draft steps, hand-off and verification, one after the other."""
-        return self.draft_time_s + self.transfer_time_s + self.verify_time_s
+        """Draft steps, hand-off, verification and the runtime's bookkeeping, one after the
+        other."""
+        return (self.draft_time_s + self.transfer_time_s + self.verify_time_s
+                + self.bookkeeping_time_s)
 
     @property
     def time_per_token(self) -> float:
@@ -239,7 +243,10 @@ class SpecReport:
             f"{format_quantity(self.draft_time_s, 'time')} ({self.draft_bound_by}) + verify "
             f"{format_quantity(self.verify_time_s, 'time')} ({self.verify_bound_by})"
             + (f" + hand-off {format_quantity(self.transfer_time_s, 'time')}"
-               if self.transfer_time_s else ""),
+               if self.transfer_time_s else "")
+            + (f" + {self.runtime} bookkeeping "
+               f"{format_quantity(self.bookkeeping_time_s, 'time')}"
+               if self.bookkeeping_time_s else ""),
             f"  time per token        {format_quantity(self.time_per_token, 'time')} "
             f"({self.tokens_per_s:.1f} tokens/s per sequence, {self.tokens_per_s_total:.1f} in "
             f"aggregate; {self.cycles_per_token:,.0f} cycles)",
@@ -333,7 +340,7 @@ def speculative(device: Device | str, target: Model | str, draft: Model | str | 
         draft_workload = Decode(batch=plain.batch, context=plain.context,
                                 weights=draft_weights or plain.weights, kv=plain.kv,
                                 activations=plain.activations, steps=iterations * gamma,
-                                seed=plain.seed)
+                                seed=plain.seed, runtime=plain.runtime)
         draft_system = plan_system(own_device or dev, draft_model, draft_workload)
         if own_device is None:
             _check_shared_capacity(dev, target_system, draft_system)
@@ -358,6 +365,7 @@ def speculative(device: Device | str, target: Model | str, draft: Model | str | 
         kept = sum(p * min(t, gamma) for t, p in enumerate(dist, start=1))
         wasted += (gamma - kept) * plain.batch * kv_bytes_per_token(draft_model, plain.kv)
     draft_time = sum(s.time_s for s in warm_drafts)
+    bookkeeping = target_system.stages[0].runtime.speculative
     report = SpecReport(
         device=dev.name, target=tgt.name, draft=draft_model.name if draft_model else None,
         method=method, gamma=drafted, batch=plain.batch, acceptance=accept.rates,
@@ -373,8 +381,30 @@ def speculative(device: Device | str, target: Model | str, draft: Model | str | 
         plain_bound_by=baseline.bottleneck,
         draft_bound_by=_bound_of(warm_drafts),
         verify_time_by_bound=dict(warm.time_by_bound),
+        bookkeeping_time_s=(bookkeeping.iteration_host_s
+                            + len(warm_drafts) * bookkeeping.draft_step_host_s),
+        runtime=target_system.stages[0].runtime.name,
     )
     return report
+
+
+def break_even_batch(device: Device | str, target: Model | str, draft: Model | str | None = None,
+                     gamma: int = 4, acceptance: float | Sequence[float] = 0.7, *,
+                     batches: Sequence[int] = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512),
+                     **kwargs: Any) -> tuple[int | None, tuple[tuple[int, float], ...]]:
+    """The largest batch of ``batches`` at which speculation still pays (speedup > 1), and the
+    speedup at each batch tried: gains vanish once plain decode is no longer memory-bound.
+    Batches that do not fit are left out of the scan. Returns ``(None, scan)`` when it pays at
+    none."""
+    scan = []
+    for batch in batches:
+        try:
+            report = speculative(device, target, draft, gamma, acceptance, batch=batch, **kwargs)
+        except CapacityError:
+            break
+        scan.append((batch, report.speedup))
+    paying = [batch for batch, speedup in scan if speedup > 1.0]
+    return (max(paying) if paying else None), tuple(scan)
 
 
 def _kv_written(run: SystemRun) -> int:

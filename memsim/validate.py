@@ -269,7 +269,7 @@ def _decode_fields(row: dict[str, Any]) -> dict[str, Any]:
     parallel = row.get("parallel", "tp")
     return dict(batch=row["batch"], context=row["context"], weights=row["weights"],
                 kv=row.get("kv", "bf16"), tp=chips if parallel == "tp" else 1,
-                pp=chips if parallel == "pp" else 1)
+                pp=chips if parallel == "pp" else 1, runtime=row["runtime"])
 
 
 def _predict_speedup(row: dict[str, Any], dev: Device, mod: Model, folder: Path) -> Row:

@@ -9,14 +9,15 @@ from typing import Any
 
 import numpy as np
 
-from memsim.checkpoints import usual_activations, weight_formats
+from memsim.checkpoints import MIXTURES, usual_activations, weight_formats
 from memsim.errors import ConfigError
 from memsim.formats import get_format
 from memsim.routing import parse_routing
 from memsim.runtime import Runtime, runtime_names
 
 RESIDENCY_POLICIES = ("auto", "lru", "pinned")
-ACTIVATION_FORMATS = ("bf16", "fp16", "fp32", "fp8-e4m3", "fp8-e5m2", "fp8-e4m3-b128", "mxfp8", "nvfp4")
+ACTIVATION_FORMATS = ("bf16", "fp16", "fp32", "fp8-e4m3", "fp8-e5m2", "fp8-e4m3-b128", "mxfp8",
+                      "nvfp4", "int8")
 INT64_MAX = 2**63 - 1
 POLICY_CHOICES = ("auto", "hbm-centric", "sram-resident", "hybrid", "tiered", "weight-streaming")
 
@@ -111,8 +112,8 @@ class Decode:
                                                          minimum=minimums.get(name, 1)))
         object.__setattr__(self, "weights", weight_formats(self.weights, field="weights").name)
         if self.activations == "auto":
-            object.__setattr__(self, "activations",
-                               usual_activations(weight_formats(self.weights).base))
+            base = weight_formats(self.weights).base
+            object.__setattr__(self, "activations", usual_activations(MIXTURES.get(base, base)))
         for name in ("kv", "activations"):
             get_format(getattr(self, name), field=name)
         if get_format(self.activations).name not in ACTIVATION_FORMATS:

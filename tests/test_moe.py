@@ -161,9 +161,9 @@ def test_skewed_routing_makes_a_longer_step_than_uniform():
     """The same tokens and the same mean load per expert, but the chips holding hot experts
     work longer, and the step waits for the slowest chip at every layer."""
     model = moe_model(8, 2, layers=4)
-    uniform = memsim.emulate("h100-sxm", model, batch=64, context=128, ep=4, steps=4)
-    skewed = memsim.emulate("h100-sxm", model, batch=64, context=128, ep=4, steps=4,
-                            routing="zipf:2.0")
+    fields = dict(batch=64, context=128, ep=4, steps=4, runtime="vendor")
+    uniform = memsim.emulate("h100-sxm", model, **fields)
+    skewed = memsim.emulate("h100-sxm", model, routing="zipf:2.0", **fields)
     assert skewed.warm_spread()["time_s"][0] > uniform.warm_spread()["time_s"][0]
     busy = skewed.warm.chip_busy_s
     assert skewed.time_per_step >= max(busy)

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 import memsim
 from memsim.layout import collective_steps
 from memsim.plan import plan_system
+from memsim.runtime import collective_time, runtime
 from memsim.testing import examples
 
 SHARDED = ("qkv", "o_proj", "gate", "up", "down", "lm_head")
@@ -143,10 +144,24 @@ def test_tp_that_does_not_divide_the_heads_pads_them():
     assert plain.padded_heads == plain.padded_ffn == 0 and plain.padded_kv_heads == 8
 
 
-def test_chips_beyond_the_link_domain_are_refused():
+def test_chips_beyond_the_link_domain_are_refused_without_a_scale_out_network():
+    dev = memsim.device("mtia-v2")
+    assert dev.scale_out is None
     with pytest.raises(memsim.ConfigError, match="link.max_chips") as info:
-        memsim.emulate("h100-sxm", "llama-3-8b", tp=8, pp=2)
+        memsim.emulate(dev, "llama-3.2-1b", tp=2, pp=dev.link.max_chips)
     assert info.value.field == "pp"
+
+
+def test_a_pipeline_across_link_domains_hands_off_over_the_scale_out_network():
+    """Two NVLink domains of 8 H100s: the stage boundary between them crosses InfiniBand."""
+    dev = memsim.device("h100-sxm")
+    report = memsim.emulate(dev, "llama-3-8b", batch=1, context=128, tp=8, pp=2)
+    send = next(r for r in report.ops if r.name == "send")
+    expected = (send.link_bytes / dev.scale_out.bandwidth + dev.scale_out.latency_s
+                + dev.op_launch_s)
+    assert send.time_s == pytest.approx(expected, rel=1e-12)
+    with pytest.raises(memsim.ConfigError, match="scale_out.max_chips"):
+        memsim.emulate(dev, "llama-3-8b", tp=8, pp=dev.scale_out.max_chips)
 
 
 @pytest.mark.parametrize("topology, chips, steps", [
@@ -156,15 +171,18 @@ def test_collective_steps_per_topology(topology, chips, steps):
     assert collective_steps(topology, chips) == steps
 
 
-def test_collective_time_is_latency_steps_plus_bytes_over_the_link():
+def test_collective_time_is_the_librarys_for_the_call():
+    """The all-reduce of a 2 x 4096 bf16 buffer over 4 NVLinked H100s under TensorRT-LLM: the
+    time memsim.runtime.collective_time gives (NCCL's tuning model or the custom all-reduce,
+    whichever is faster), plus one kernel's dispatch gap."""
     dev = memsim.device("h100-sxm")
-    report = memsim.emulate(dev, "llama-3-8b", batch=2, context=128, tp=4)
+    report = memsim.emulate(dev, "llama-3-8b", batch=2, context=128, tp=4, runtime="trt-llm")
     row = next(r for r in report.ops if r.name == "attn_allreduce")
     link = dev.link
-    expected = (2 * 3 * link.latency_s + link.collective_latency_s
-                + row.link_bytes / link.bandwidth + dev.op_launch_s)
-    assert link.collective_latency_s == 6.6e-6          # NCCL's ring LL base latency
-    assert row.time_s == pytest.approx(expected, rel=1e-12)
+    timed = collective_time(runtime("trt-llm"), "all_reduce", 2 * 4096 * 2, 4, "nvlink",
+                            link.bandwidth, link.latency_s, collective_steps(link.topology, 4))
+    assert row.time_s == pytest.approx(timed.seconds + dev.op_launch_s, rel=1e-12)
+    assert row.link_bytes == 2 * 3 * (2 * 4096 * 2 // 4)        # the ring's bytes, unchanged
     assert row.bound_by in ("link", "latency", "launch")
 
 
@@ -174,7 +192,9 @@ def test_pipeline_at_batch_one_is_a_full_bubble():
     """One microbatch: stages run one after another, so the step is the sum of their work."""
     report = memsim.emulate("h100-sxm", "llama-3-8b", batch=1, context=512, pp=4)
     assert report.microbatches == 1
-    assert report.time_per_step == pytest.approx(sum(report.warm.chip_busy_s), rel=1e-12)
+    host = report.warm.time_by_bound["host"]          # the runtime's graph replay per step
+    assert report.time_per_step == pytest.approx(sum(report.warm.chip_busy_s) + host,
+                                                 rel=1e-12)
     sends = [row for row in report.ops if row.name == "send"]
     assert len(sends) == 3
     assert all(row.link_bytes == 4096 * 2 for row in sends)   # one token's hidden state, bf16

@@ -70,7 +70,7 @@ def test_rows_are_predicted_in_their_metric(tmp_path):
     ], findings='a = "the test says why"\n')
     rows, text = validate(folder, tmp_path / "out.md")
     by_id = {r.id: r for r in rows}
-    report = memsim.emulate("h100-sxm", "llama-3.2-1b", context=512)
+    report = memsim.emulate("h100-sxm", "llama-3.2-1b", context=512, runtime="vllm")
     assert by_id["a"].predicted == pytest.approx(1e3 * report.time_per_token)
     assert by_id["a"].error == pytest.approx(1.0 / by_id["a"].predicted - 1)   # on speed
     assert by_id["c"].predicted is None and "short by" in by_id["c"].problem

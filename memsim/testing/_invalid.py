@@ -104,7 +104,7 @@ def _capacity_below_granularity(draw, data, dev):
 def _fractional_bytes(draw, data, dev):
     """A granularity or scratchpad that is not a whole number of bytes."""
     if draw(st.booleans()):
-        data["core_memory"] = draw(st.sampled_from(["0.5 B", "1.5 KB", "0.9 B"]))
+        data["core_memory"] = draw(st.sampled_from(["0.5 B", "2.5 B", "0.9 B"]))
         return "core_memory"
     table, _ = _tier(draw, data)
     table["granularity"] = draw(st.sampled_from(["0.5 B", "0.9 B", "1.5 B"]))
