@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -347,7 +348,8 @@ class Report:
             "tokens_per_s_total": self.tokens_per_s_total,
             "cycles": self.cycles,
             "energy_per_token_j": self.energy_per_token,
-            "arithmetic_intensity": self.arithmetic_intensity,
+            "arithmetic_intensity": _finite(self.arithmetic_intensity),
+            "unbounded": self.unbounded(),
             "bottleneck": self.bottleneck,
             "bytes_read": dict(self.bytes_read),
             "bytes_written": dict(self.bytes_written),
@@ -357,6 +359,14 @@ class Report:
             "steps": [s.to_dict() for s in self.steps],
             "ops": [row.to_dict() for row in self.ops],
         }
+
+    def unbounded(self) -> dict[str, str]:
+        """Figures with no finite value, each with the reason: JSON and CSV give them as null
+        (empty) and say why here, instead of Infinity, which JSON cannot carry."""
+        if math.isfinite(self.arithmetic_intensity):
+            return {}
+        return {"arithmetic_intensity": "no byte crossed the chip edge (weights and KV cache "
+                                        "on chip): FLOPs per off-chip byte is unbounded"}
 
     def to_json(self, indent: int | None = 2, extra: dict[str, Any] | None = None) -> str:
         """JSON text of :meth:`to_dict`, with ``extra`` top-level entries."""
@@ -600,6 +610,11 @@ def _group_rows(rows: tuple[OpRow, ...]) -> list[OpRow]:
             cycles=sum(m.cycles for m in members), bound_by=max(by_bound, key=by_bound.__getitem__),
         ))
     return out
+
+
+def _finite(value: float) -> float | None:
+    """A figure for JSON: None where it is unbounded (see :meth:`Report.unbounded`)."""
+    return value if math.isfinite(value) else None
 
 
 def _json_default(value: Any) -> Any:
