@@ -57,47 +57,48 @@ def _kv_block_bytes(model: memsim.Model, block: int, granularity: int) -> int:
 
 
 def prefill_closed_form(model: memsim.Model, batch: int, prompt: int, tile_m: int, block: int,
-                        granularity: int) -> dict[str, int]:
+                        granularity: int, cached: int = 0) -> dict[str, int]:
     """What a cold BF16 prefill reads from HBM when nothing is found on chip twice.
 
     Each M tile of ``tile_m`` rows reads every weight tile (the LM head: one row per sequence);
     each query tile of ``tile_m // q_per_kv`` positions reads K and V of the blocks up to its last
-    position; ``kv_append`` writes each stream's whole prompt once.
+    position (after the ``cached`` prefix); ``kv_append`` writes each stream's prompt once.
     """
     m_tiles = _ceil(batch * prompt, tile_m)
     out = {name: bytes_ * (_ceil(batch, tile_m) if name == "lm_head" else m_tiles)
            for name, bytes_ in _weights(model).items()}
     q_tile = max(1, tile_m // (model.heads // model.kv_heads))
     streams = batch * model.kv_heads * model.layers
-    blocks_read = sum(_ceil(min(prompt, q1), block) for q1 in range(q_tile, prompt + q_tile,
-                                                                       q_tile))
+    blocks_read = sum(_ceil(cached + min(prompt, q1), block)
+                      for q1 in range(q_tile, prompt + q_tile, q_tile))
     out["attention"] = streams * 2 * blocks_read * _kv_block_bytes(model, block, granularity)
     out["kv_append_written"] = streams * 2 * _ceil(_ceil(prompt * model.head_dim * 16, 8),
                                                    granularity) * granularity
     return out
 
 
-def causal_attention_flops(model: memsim.Model, batch: int, prompt: int) -> int:
+def causal_attention_flops(model: memsim.Model, batch: int, prompt: int, cached: int = 0) -> int:
     """4 x head_dim per (query head, visible key): position i sees i + 1 keys."""
-    return (4 * model.head_dim * model.heads * model.layers * batch
-            * prompt * (prompt + 1) // 2)
+    seen = (cached + prompt) * (cached + prompt + 1) // 2 - cached * (cached + 1) // 2
+    return 4 * model.head_dim * model.heads * model.layers * batch * seen
 
 
-@pytest.mark.parametrize("batch,prompt,tile_m,block", [(1, 37, 8, 4), (2, 50, 16, 16),
-                                                       (1, 64, 128, 16), (3, 9, 4, 1)])
-def test_prefill_bytes_equal_closed_form_when_nothing_is_reused(batch, prompt, tile_m, block):
+@pytest.mark.parametrize("batch,prompt,tile_m,block,cached", [
+    (1, 37, 8, 4, 0), (2, 50, 16, 16, 0), (1, 64, 128, 16, 0), (3, 9, 4, 1, 0), (1, 30, 8, 4, 13)])
+def test_prefill_bytes_equal_closed_form_when_nothing_is_reused(batch, prompt, tile_m, block,
+                                                                cached):
     device = no_reuse(_device())
     report = memsim.emulate(device, TINY, Prefill(batch=batch, prompt=prompt, tile_m=tile_m,
-                                                  kv_block=block))
+                                                  kv_block=block, cached=cached))
     hbm = report.tier_names.index("hbm")
-    want = prefill_closed_form(TINY, batch, prompt, tile_m, block, 32)
+    want = prefill_closed_form(TINY, batch, prompt, tile_m, block, 32, cached)
     got = _by_op(report, hbm)
     for name in MATMULS + ("attention",):
         assert got[name] == want[name], name
     assert _by_op(report, hbm, "written")["kv_append"] == want["kv_append_written"]
     attention = [op for op, name in enumerate(report.op_names) if name == "attention"]
     flops = int(report.warm_counts.results[attention, k.R_FLOPS].sum())
-    assert flops == causal_attention_flops(TINY, batch, prompt)
+    assert flops == causal_attention_flops(TINY, batch, prompt, cached)
 
 
 @pytest.mark.parametrize("prompt,tile_m", [(37, 8), (200, 16)])
@@ -235,3 +236,22 @@ def test_h100_llama_3_8b_time_to_first_token():
     assert ttft >= ideal
     assert ttft <= 2.0 * ideal, f"{ttft / ideal:.3f}x, bound by {report.bottleneck}"
     assert report.bottleneck == "compute"
+
+
+def test_mixed_step_bytes_equal_closed_form_when_nothing_is_reused():
+    """The warm step (step 1) of 3 decoding sequences with a 20-token chunk after 7 cached
+    prompt tokens: the chunk's cache holds 7 + 20 tokens before the step."""
+    batch, chunk, cached, tile_m, block = 3, 20, 7, 8, 4
+    report = memsim.emulate(no_reuse(_device()), TINY, Decode(
+        batch=batch, context=10, prefill_chunk=chunk, prefill_context=cached, tile_m=tile_m,
+        kv_block=block))
+    hbm = report.tier_names.index("hbm")
+    got = _by_op(report, hbm)
+    m_tiles = _ceil(batch + chunk, tile_m)
+    for name, stored in _weights(TINY).items():
+        rows = batch + 1 if name == "lm_head" else batch + chunk
+        assert got[name] == _ceil(rows, tile_m) * stored, name
+    assert m_tiles == 3
+    want = prefill_closed_form(TINY, 1, chunk, tile_m, block, 32, cached=cached + chunk)
+    assert got["chunk_attention"] == want["attention"]
+    assert _by_op(report, hbm, "written")["chunk_kv_append"] == want["kv_append_written"]
