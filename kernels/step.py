@@ -15,6 +15,15 @@ dequantization overlapped on the vector units (separate pipes: Marlin, Frantar e
 where ``C_GEMV`` allows it, as a GEMV on the vector units with no padding (TRT-LLM's fpA_intB
 GEMV, llama.cpp's mmvq): the faster of the two. ``C_ACT_REUSE`` adjacent N tiles share one read
 of the activation chunk, which their core keeps staged in its own memory.
+
+A prompt (prefill, or a prefill chunk riding in a decode step) tiles M too: with ``C_TILE_M`` set
+a matmul's work units are (N tile, M tile) pairs, N tile outer, so each M tile looks the weight
+tiles of its column strip up again and finds them on chip when the strip fits there (the LRU
+decides; a real GEMM's rasterization keeps a strip hot in L2 the same way). Its attention
+(``C_Q_TILE``) is flash attention: one unit per (sequence, KV head, query tile) reading, causally,
+the K/V blocks up to its last query position, so the blocks are re-read per query tile through
+the on-chip tier; the FLOPs are the exact causal count (each query position sees itself and
+every earlier token).
 Each op also pays the device's launch and synchronisation overhead. Time is split into the column
 of whatever bound it, so an op's ``bound by`` is the largest column.
 
@@ -80,7 +89,9 @@ C_ROUTE_COL = 35    # MoE: its column: the expert (its tokens are M), or a chip'
 C_LAUNCHES = 36     # launches the op pays (0 for an expert inside a fused MoE kernel)
 C_GEMV = 37         # 1: a matmul may run as a GEMV on the vector units (no M padding)
 C_ACT_REUSE = 38    # N tiles of a matmul that read one staged activation chunk (a CTA's width)
-N_INT_COLS = 39
+C_TILE_M = 39       # matmul rows per M tile (a CTA's output rows); 0: M is one tile (decode)
+C_Q_TILE = 40       # attention: new tokens per query tile (flash attention); 0: one tile
+N_INT_COLS = 41
 
 # Columns of the float64 op table.
 F_PEAK = 0          # matrix operations/s the op runs at (whole chip)
@@ -621,7 +632,7 @@ def _matmul(op, m, op_int, op_float, n_cores, vector_rate, tier_bandwidth, tier_
     meta_bits = op_int[op, C_META_BITS]
     padded = op_int[op, C_PADDED]
     act_bits = op_int[op, C_ACT_BITS]
-    m_charged = _padded_rows(m, op_int[op, C_M_GRAIN])
+    m_grain = op_int[op, C_M_GRAIN]
     core_peak = op_float[op, F_PEAK] / n_cores
     core_vector = vector_rate / n_cores
     dequant_ops = op_float[op, F_DEQUANT_OPS]
@@ -631,7 +642,11 @@ def _matmul(op, m, op_int, op_float, n_cores, vector_rate, tier_bandwidth, tier_
 
     n_tiles = (n + tn - 1) // tn
     k_tiles = (k + tk - 1) // tk
-    split, k_tiles_per_unit, units, waves = _work_units(n_tiles, k_tiles, n_cores)
+    tm = op_int[op, C_TILE_M]
+    if tm == 0 or tm >= m:
+        tm = m
+    m_tiles = (m + tm - 1) // tm if m > 0 else 1
+    split, k_tiles_per_unit, units, waves = _work_units(n_tiles * m_tiles, k_tiles, n_cores)
     out_bits = PARTIAL_SUM_BITS if split > 1 else act_bits
     aligned = group == 0 or tk % group == 0
     full_bits = _tile_bits(0, tk, tn, elem_bits, group, meta_bits, padded)
@@ -639,7 +654,7 @@ def _matmul(op, m, op_int, op_float, n_cores, vector_rate, tier_bandwidth, tier_
     tensor_meta_bits = op_int[op, C_TENSOR_META_BITS]
     # A tensor the LRU holds none of, with every tile smaller than the LRU, misses every tile:
     # count them without the LRU and set its state once at the end (same state, same counts).
-    streamed = (pinned == 0 and home_lo != 0 and home_hi != 0
+    streamed = (pinned == 0 and home_lo != 0 and home_hi != 0 and m_tiles == 1
                 and arena[1 + tensor, T_FIRST] == NIL
                 and full_bits + tensor_meta_bits <= arena[0, S_CAPACITY_BITS])
     _begin_op(tensor, arena)
@@ -647,16 +662,19 @@ def _matmul(op, m, op_int, op_float, n_cores, vector_rate, tier_bandwidth, tier_
     misses = 0
     hit_bits = 0
     miss_bits = 0
-    t = 0
     results[op, R_VECTOR_OPS] += np.int64(quant_ops)
     for w in range(waves):
         slowest = quant_ops / vector_rate if w == 0 else 0.0
         wave_on_chip = 0
         for u in range(w * n_cores, min(units, (w + 1) * n_cores)):
-            nt = u // split
+            nt = u // split // m_tiles
+            rows = min(tm, m - (u // split % m_tiles) * tm)
             kt0 = (u % split) * k_tiles_per_unit
             kt1 = min(k_tiles, kt0 + k_tiles_per_unit)
             nn = min(tn, n - nt * tn)
+            t = nt * k_tiles + kt0
+            if m_tiles > 1:
+                _begin_op(tensor, arena)     # each M tile looks its strip up again
             home = home_lo if nt < split_at else home_hi
             unit_elements = 0
             if streamed:
@@ -670,7 +688,6 @@ def _matmul(op, m, op_int, op_float, n_cores, vector_rate, tier_bandwidth, tier_
                 miss_bits += bits
                 wave_bits[home] += bits
                 wave_on_chip += bits
-                t += kt1 - kt0
                 unit_elements = covered * nn
             for kt in range(kt0, kt1 if not streamed else kt0):
                 k0 = kt * tk
@@ -696,18 +713,19 @@ def _matmul(op, m, op_int, op_float, n_cores, vector_rate, tier_bandwidth, tier_
                 t += 1
                 unit_elements += kk * nn
             if nt % act_reuse == 0:
-                act = m * (min(k, kt1 * tk) - kt0 * tk)
+                act = rows * (min(k, kt1 * tk) - kt0 * tk)
                 results[op, R_ACT_READ_BITS] += act * act_bits
                 wave_on_chip += act * act_bits
-            out = m * nn * out_bits
+            out = rows * nn * out_bits
             results[op, R_ACT_WRITTEN_BITS] += out
             wave_on_chip += out
-            results[op, R_FLOPS] += 2 * m * unit_elements
+            results[op, R_FLOPS] += 2 * rows * unit_elements
             vector_ops = dequant_ops * unit_elements
             results[op, R_VECTOR_OPS] += np.int64(vector_ops)
-            unit_s = max(2.0 * m_charged * unit_elements / core_peak, vector_ops / core_vector)
+            unit_s = max(2.0 * _padded_rows(rows, m_grain) * unit_elements / core_peak,
+                         vector_ops / core_vector)
             if gemv:
-                unit_s = min(unit_s, (2.0 * m * unit_elements + vector_ops) / core_vector)
+                unit_s = min(unit_s, (2.0 * rows * unit_elements + vector_ops) / core_vector)
             slowest = max(slowest, unit_s)
         if w == waves - 1 and split > 1:
             wave_on_chip += _split_reduction(op, m, n, n, split, act_bits, results)
@@ -715,7 +733,7 @@ def _matmul(op, m, op_int, op_float, n_cores, vector_rate, tier_bandwidth, tier_
         _charge_misses(op, wave_bits, read_bits)
         _close_wave(op, wave_bits, slowest, tier_bandwidth, tier_latency_s, times)
     if streamed:
-        _fill_streamed(tensor, t, miss_bits, k, n, tk, tn, k_tiles, aligned, full_bits,
+        _fill_streamed(tensor, n_tiles * k_tiles, miss_bits, k, n, tk, tn, k_tiles, aligned, full_bits,
                        elem_bits, group, meta_bits, padded, tensor_meta_bits, arena)
     results[op, R_WAVES] += waves
     _record_tiles(op, hits, misses, hit_bits, miss_bits, read_bits, written_bits, results)
@@ -749,11 +767,19 @@ def _attention(op, op_int, op_float, step, n_cores, vector_rate, tier_bandwidth,
     core_vector = vector_rate / n_cores
     dequant_ops = op_float[op, F_DEQUANT_OPS]
 
+    q_tile = op_int[op, C_Q_TILE]
+    if q_tile == 0 or q_tile >= new_tokens:
+        q_tile = new_tokens
+    q_tiles = (new_tokens + q_tile - 1) // q_tile
     streams = batch * kv_heads
-    split, blocks_per_unit, units, waves = _work_units(streams, blocks, n_cores)
+    if q_tiles == 1:
+        split, blocks_per_unit, units, waves = _work_units(streams, blocks, n_cores)
+    else:       # flash attention: a unit per query tile, never split along the keys
+        split, blocks_per_unit, units = 1, blocks, streams * q_tiles
+        waves = (units + n_cores - 1) // n_cores
     out_bits = PARTIAL_SUM_BITS if split > 1 else act_bits
 
-    streamed = (pinned == 0 and home_lo != 0 and home_hi != 0
+    streamed = (pinned == 0 and home_lo != 0 and home_hi != 0 and q_tiles == 1
                 and arena[1 + tensor, T_FIRST] == NIL
                 and max(bits_lo, bits_hi) <= arena[0, S_CAPACITY_BITS])
     _begin_op(tensor, arena)
@@ -765,9 +791,14 @@ def _attention(op, op_int, op_float, step, n_cores, vector_rate, tier_bandwidth,
         slowest = 0.0
         wave_on_chip = 0
         for u in range(w * n_cores, min(units, (w + 1) * n_cores)):
-            stream = u // split
+            stream = u // split // q_tiles
             j0 = (u % split) * blocks_per_unit
             j1 = min(blocks, j0 + blocks_per_unit)
+            q0 = (u % q_tiles) * q_tile if q_tiles > 1 else 0       # the unit's new tokens
+            q1 = min(new_tokens, q0 + q_tile)
+            if q_tiles > 1:      # causal: the blocks up to the tile's last query position
+                j1 = min(j1, (tokens - new_tokens + q1 + block - 1) // block)
+                _begin_op(tensor, arena)     # each query tile looks its blocks up again
             if streamed:
                 # every block misses: the unit's blocks below and above the split at once
                 low = max(0, min(j1, split_at) - j0)
@@ -797,16 +828,19 @@ def _attention(op, op_int, op_float, step, n_cores, vector_rate, tier_bandwidth,
             tok0 = j0 * block
             tok1 = min(tokens, j1 * block)
             visible = 0
-            for i in range(new_tokens):
+            for i in range(q0, q1):
                 seen = tokens - new_tokens + i + 1
                 visible += max(0, min(tok1, seen) - tok0)
             results[op, R_FLOPS] += 4 * head_dim * q_per_kv * visible
             vector_ops = (SOFTMAX_OPS * q_per_kv * visible
                           + dequant_ops * 2 * head_dim * (tok1 - tok0))
             results[op, R_VECTOR_OPS] += np.int64(vector_ops)
-            results[op, R_ACT_READ_BITS] += rows * head_dim * act_bits
-            results[op, R_ACT_WRITTEN_BITS] += rows * head_dim * out_bits
-            wave_on_chip += rows * head_dim * (act_bits + out_bits)
+            unit_rows = q_per_kv * (q1 - q0)
+            results[op, R_ACT_READ_BITS] += unit_rows * head_dim * act_bits
+            results[op, R_ACT_WRITTEN_BITS] += unit_rows * head_dim * out_bits
+            wave_on_chip += unit_rows * head_dim * (act_bits + out_bits)
+            if q_tiles > 1:
+                rows_charged = _padded_rows(unit_rows, op_int[op, C_M_GRAIN])
             unit_s = (4.0 * head_dim * rows_charged * (tok1 - tok0) / core_peak
                       + vector_ops / core_vector)
             slowest = max(slowest, unit_s)

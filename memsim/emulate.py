@@ -15,7 +15,7 @@ from memsim.plan import Plan, SystemPlan, plan_system
 from memsim.routing import Router
 from memsim.runtime import Runtime
 from memsim.report import ChipHoldings, Report, StepCounts, StepSummary, summarize
-from memsim.workload import Decode
+from memsim.workload import Decode, Prefill
 
 
 class Residency:
@@ -152,7 +152,7 @@ def _resolve(device: Device | str, model: Model | str) -> tuple[Device, Model]:
     return dev, mod
 
 
-def emulate(device: Device | str, model: Model | str, workload: Decode | None = None,
+def emulate(device: Device | str, model: Model | str, workload: Decode | Prefill | None = None,
             **fields: Any) -> Report:
     """Emulate ``workload.steps`` consecutive decode steps and report the cold and warm step.
 
@@ -167,6 +167,8 @@ def emulate(device: Device | str, model: Model | str, workload: Decode | None = 
     elif fields:
         raise ConfigError("give either a Decode workload or its fields, not both", field="workload")
     dev, mod = _resolve(device, model)
+    if isinstance(workload, Prefill):     # a prefill is one step (memsim.workload.Prefill)
+        workload = workload.step()
     return run_system(plan_system(dev, mod, workload))
 
 

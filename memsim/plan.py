@@ -11,6 +11,12 @@ projections and the embedding, and the all-gather of the logits; with pipeline s
 hand-off of activations to the next stage and of the sampled tokens back to the first. A stage's
 ops repeat for each microbatch, with the microbatch's own KV cache.
 
+A step that carries a prompt (a prefill, :class:`memsim.workload.Prefill`, or a decode step with
+a ``prefill_chunk``) tiles the matmuls' M (``C_TILE_M``) and its prompt attention's queries
+(``C_Q_TILE``); a chunk's sequence has its own KV cache per layer (``chunk_kv.L``) and its own
+``chunk_kv_append`` and ``chunk_attention`` ops after the decode batch's; the LM head runs on the
+last position of each prompt only.
+
 Each stage's plan describes one chip: the chips of a tensor-parallel group do the same work on
 their own shards.
 """
@@ -254,6 +260,7 @@ class _Spec:
     units: int          # placement units: column tiles, embedding rows, KV blocks, 1 (norm)
     sequences: int = 0  # KV: sequences x KV heads of this chip
     expert: int = -1    # routed experts: the expert's id in its layer
+    chunk: bool = False  # KV: the cache of the sequence whose prompt chunk rides in the step
 
 
 class _Placer:
@@ -364,14 +371,20 @@ def _item_specs(model: Model, workload: Decode, sh: Shard, tile_n: int, final_to
         name = f"{role}.{layer}" if layer >= 0 else role
         return _Spec(name, "weight", role, layer, act, 1, h, 1)
 
+    chunk_blocks = -(-(workload.prefill_context + workload.steps * workload.prefill_chunk)
+                     // workload.kv_block)
     items = [[_Spec("embedding", "weight", "embedding", -1, fmt("embedding", -1, h),
                     sh.vocab_rows, h, sh.vocab_rows)]]
     for layer in range(model.layers):
+        chunk_kv = [_Spec(f"chunk_kv.{layer}", "kv", "kv", layer, get_format(workload.kv),
+                          chunk_blocks, row_bits, chunk_blocks, sh.kv_heads, chunk=True)
+                    ] if workload.prefill_chunk else []
         item = [
             norm("attn_norm", layer),
             *qkv(layer),
             _Spec(f"kv.{layer}", "kv", "kv", layer, get_format(workload.kv), blocks, row_bits,
                   blocks, sequences * sh.kv_heads),
+            *chunk_kv,
             weight("o_proj", layer, h, sh.heads * hd, full_k=model.heads * hd),
             norm("ffn_norm", layer),
         ]
@@ -431,7 +444,8 @@ def plan_system(device: Device, model: Model, workload: Decode) -> SystemPlan:
 def _check_window(model: Model, workload: Decode) -> None:
     """Sliding-window attention is not modelled: a sequence may not outgrow the window."""
     limit = model.whole_context_limit
-    tokens = workload.context + workload.steps * workload.new_tokens
+    tokens = max(workload.context + workload.steps * workload.new_tokens,
+                 workload.prefill_context + workload.steps * workload.prefill_chunk)
     if limit is not None and tokens > limit:
         raise ConfigError(f"{model.name} attends to a sliding window of {limit} tokens on "
                           f"{len(model.window_layers)} of {model.layers} layers; memsim does not "
@@ -515,6 +529,9 @@ def _plan_policy(device: Device, model: Model, workload: Decode, policy: str) ->
     tile_n = workload.tile_n or device.tile_n
     final_tokens = workload.context + workload.steps * workload.new_tokens
     placer = _Placer(device, model, workload, policy, rules, tile_n)
+    if workload.prefill_chunk and model.is_moe:
+        raise ConfigError("a prompt chunk in a decode step is modelled for dense models only "
+                          "(the MoE router counts the decode tokens)", field="prefill_chunk")
     if workload.ep > 1:
         return _plan_expert_parallel(device, model, workload, policy, sh, placer, tile_n,
                                      final_tokens)
@@ -596,7 +613,11 @@ def _plan_stage(device: Device, model: Model, workload: Decode, policy: str, sh:
     tiers = device.tiers
     names = tuple(t.name for t in tiers)
     mb = workload.microbatch
-    m_rows = mb * workload.new_tokens
+    m_rows = mb * workload.new_tokens + workload.prefill_chunk   # one microbatch with a chunk
+    tile_m = workload.tile_m or (tile_n if workload.carries_prompt else 0)
+    q_tile = max(1, tile_m // sh.q_per_kv)      # query tokens of a prompt's attention tile
+    chunk_blocks = -(-(workload.prefill_context + workload.steps * workload.prefill_chunk)
+                     // workload.kv_block)
     final_tokens = workload.context + workload.steps * workload.new_tokens
     row_bits = kv_row_bits(model, kvfmt)
     act_peak = _stream_peak(device, act)
@@ -617,7 +638,8 @@ def _plan_stage(device: Device, model: Model, workload: Decode, policy: str, sh:
         for item in items:
             for spec in item:
                 if spec.kind == "kv":
-                    spec = dataclasses.replace(spec, sequences=mb * sh.kv_heads)
+                    spec = dataclasses.replace(spec, sequences=(1 if spec.chunk else mb)
+                                               * sh.kv_heads)
                     if micro:
                         spec = dataclasses.replace(spec, name=f"{spec.name}.mb{micro}")
                     index[spec.name] = len(tensors)
@@ -650,7 +672,8 @@ def _plan_stage(device: Device, model: Model, workload: Decode, policy: str, sh:
                           (k.C_KV_ROW_BITS, row_bits),
                           (k.C_KV_MAX_BLOCKS, -(-final_tokens // workload.kv_block)),
                           (k.C_ROWS_HERE, sh.vocab_rows), (k.C_LINK_STEPS, steps_per_pass),
-                          (k.C_STEP_TOKENS, step_tokens or workload.batch * workload.new_tokens),
+                          (k.C_STEP_TOKENS, step_tokens or workload.step_tokens),
+                          (k.C_TILE_M, tile_m),
                           (k.C_ROUTE, -1), (k.C_LAUNCHES, 1),
                           (k.C_GEMV, int(stack.small_batch_gemv)),
                           (k.C_ACT_REUSE, act_reuse_tiles(device, tile_n))):
@@ -749,6 +772,25 @@ def _plan_stage(device: Device, model: Model, workload: Decode, policy: str, sh:
         row[k.C_ROUTE_COL] = model.experts + expert_chip
         row[k.C_LINK_STEPS] = a2a_steps
 
+    def chunk_attention(layer: int) -> None:
+        """The prompt chunk's sequence: its KV append and causal flash attention."""
+        kv = index[f"chunk_kv.{layer}"]
+        append = add_op("chunk_kv_append", k.OP_KV_APPEND, layer, kv, kvfmt, kk=hd)
+        append[k.C_LAUNCHES] = 0 if fusion.fused_attention_prologue else 1
+        attention = add_op("chunk_attention", k.OP_ATTENTION, layer, kv, kvfmt, kk=hd,
+                           peak=act_peak, dequant=kv_dequant)
+        for row in (append, attention):
+            row[k.C_BATCH] = 1
+            row[k.C_CONTEXT] = workload.prefill_context
+            row[k.C_NEW_TOKENS] = workload.prefill_chunk
+            row[k.C_KV_MAX_BLOCKS] = chunk_blocks
+            row[k.C_Q_TILE] = q_tile
+
+    # the LM head's rows: every new token of a decode step; only the last position of a
+    # prompt (a prefill's sequences, a chunk's sequence)
+    head_rows = (mb if workload.prefill
+                 else mb * workload.new_tokens + 1 if workload.prefill_chunk else 0)
+
     items_experts = [spec for item in items for spec in item if spec.role == "experts"]
     layers: list[int] = []
     for micro in range(workload.microbatches):
@@ -772,8 +814,12 @@ def _plan_stage(device: Device, model: Model, workload: Decode, policy: str, sh:
                         matmul(part, layer, h, heads * hd, tensor=f"{part}.{layer}")
                 append = add_op("kv_append", k.OP_KV_APPEND, layer, kv, kvfmt, kk=hd)
                 append[k.C_LAUNCHES] = 0 if fusion.fused_attention_prologue else 1
-                add_op("attention", k.OP_ATTENTION, layer, kv, kvfmt, kk=hd, peak=act_peak,
-                       dequant=kv_dequant)
+                attention = add_op("attention", k.OP_ATTENTION, layer, kv, kvfmt, kk=hd,
+                                   peak=act_peak, dequant=kv_dequant)
+                if workload.prefill:
+                    attention[k.C_Q_TILE] = q_tile
+                if workload.prefill_chunk:
+                    chunk_attention(layer)
                 matmul("o_proj", layer, sh.heads * hd, h)
                 all_reduce("attn_allreduce", layer, h)
                 norm("ffn_norm", layer, 1 + residual_adds)
@@ -787,7 +833,7 @@ def _plan_stage(device: Device, model: Model, workload: Decode, policy: str, sh:
                 all_reduce("ffn_allreduce", layer, h)
             else:
                 norm("final_norm", -1, 1)
-                matmul("lm_head", -1, h, sh.vocab_rows)
+                matmul("lm_head", -1, h, sh.vocab_rows, rows=head_rows)
                 all_reduce("logits_allgather", -1, sh.vocab_rows * sh.tp, passes=1)
                 for i in range(workload.draft_heads):     # on the last accepted position only
                     matmul("draft_head_res", -1, h, h, f"draft_head_res.{i}", rows=mb)

@@ -1,5 +1,6 @@
-"""What a decode run asks of a device: batch, context, formats, tiling, residency, parallelism,
-placement, seed."""
+"""What a run asks of a device: batch, context, formats, tiling, residency, parallelism,
+placement, seed; a decode run (:class:`Decode`, which may carry a prompt chunk: a mixed serving
+step) or a prompt's prefill (:class:`Prefill`, lowered to a one-step :class:`Decode`)."""
 
 from __future__ import annotations
 
@@ -79,6 +80,23 @@ class Decode:
     placement : ``{selector: tier}`` overrides, applied in order, e.g. ``{"kv": "cxl"}``,
         ``{"weights[40:80]": "cxl"}``, ``{"weights": "cxl:0.3"}`` (the last 30% of each weight's
         column tiles; for a KV cache, its oldest blocks). See :mod:`memsim.layout`.
+    prefill_chunk : prompt tokens of one more sequence that ride in each step (chunked prefill
+        as vLLM and SGLang schedule it, TRT-LLM's in-flight batching): the matmuls take
+        ``batch x new_tokens + prefill_chunk`` rows (the weights are read once for all), the
+        chunk has its own KV cache, append and causal attention (flash-attention tiles), and the
+        LM head runs on its last position only. Its cache grows by the chunk each step. The
+        step's time is the decoding sequences' inter-token latency. 0: a plain decode step.
+    prefill_context : prompt tokens of that sequence already in its cache before the first step
+        (earlier chunks).
+    tile_m : matmul rows per M tile (a CTA's output rows): a prompt's GEMM tiles M, and each M
+        tile reads its weight tiles again through the on-chip tier. ``None``: the device's
+        ``tile.n`` (square CTA tiles) when the step carries a prompt (``prefill`` or
+        ``prefill_chunk``), else M is one tile (decode: the staging and GEMV rules apply to all
+        rows). Attention over a prompt takes ``tile_m // q_per_kv`` query tokens per tile (the
+        query heads of one KV head packed into the tile's rows).
+    prefill : the step is a prompt's prefill (what :meth:`Prefill.step` builds): each sequence
+        computes ``new_tokens`` prompt tokens after ``context`` cached ones, and the LM head runs
+        on its last position only.
     """
 
     batch: int = 1
@@ -102,12 +120,18 @@ class Decode:
     ep: int = 1
     routing: str = "uniform"
     runtime: Any = "auto"
+    prefill_chunk: int = 0
+    prefill_context: int = 0
+    tile_m: int | None = None
+    prefill: bool = False
 
     def __post_init__(self) -> None:
-        minimums = {"context": 0, "seed": 0, "draft_heads": 0}
+        minimums = {"context": 0, "seed": 0, "draft_heads": 0, "prefill_chunk": 0,
+                    "prefill_context": 0}
         for name in ("batch", "context", "steps", "new_tokens", "kv_block", "seed", "tp", "pp",
-                     "ep", "draft_heads") + tuple(n for n in ("tile_k", "tile_n", "microbatches")
-                                                 if getattr(self, n) is not None):
+                     "ep", "draft_heads", "prefill_chunk", "prefill_context") + tuple(
+                         n for n in ("tile_k", "tile_n", "microbatches", "tile_m")
+                         if getattr(self, n) is not None):
             object.__setattr__(self, name, _positive_int(getattr(self, name), name,
                                                          minimum=minimums.get(name, 1)))
         object.__setattr__(self, "weights", weight_formats(self.weights, field="weights").name)
@@ -145,6 +169,35 @@ class Decode:
         elif not isinstance(self.runtime, Runtime):
             raise ConfigError(f"expected a runtime name or a Runtime, got {self.runtime!r}",
                               field="runtime")
+        self._check_prompt()
+
+    def _check_prompt(self) -> None:
+        """A prefill step or a prompt chunk: the combinations memsim models."""
+        if not isinstance(self.prefill, (bool, np.bool_)):
+            raise ConfigError(f"expected true or false, got {self.prefill!r}", field="prefill")
+        object.__setattr__(self, "prefill", bool(self.prefill))
+        if self.prefill_context and not self.prefill_chunk:
+            raise ConfigError("prefill_context is the chunked sequence's cached prompt; it needs "
+                              "a prefill_chunk", field="prefill_context")
+        if self.prefill_chunk and self.prefill:
+            raise ConfigError("a prefill step has no other prompt chunk riding in it: use "
+                              "Prefill(...) or Decode(prefill_chunk=...), not both",
+                              field="prefill_chunk")
+        if self.prefill_chunk and (self.pp > 1 or self.ep > 1 or self.microbatches > 1
+                                   or self.draft_heads):
+            raise ConfigError("a prompt chunk in a decode step is modelled on tensor-parallel "
+                              "chips only (pp=1, ep=1, one microbatch, no draft heads)",
+                              field="prefill_chunk")
+
+    @property
+    def carries_prompt(self) -> bool:
+        """True when the step computes prompt tokens (a prefill or a prompt chunk)."""
+        return self.prefill or self.prefill_chunk > 0
+
+    @property
+    def step_tokens(self) -> int:
+        """Tokens one step runs through the matmuls: every sequence's new tokens and the chunk."""
+        return self.batch * self.new_tokens + self.prefill_chunk
 
     @property
     def chips(self) -> int:
@@ -163,6 +216,60 @@ class Decode:
         if isinstance(self.runtime, Runtime):
             data["runtime"] = self.runtime.file
         return data
+
+
+@dataclass(frozen=True)
+class Prefill:
+    """A prompt's prefill: one step computing ``prompt`` tokens of each of ``batch`` sequences.
+
+    The matmuls take ``batch x prompt`` rows, tiled by ``tile_m`` (see :class:`Decode`); the
+    attention is causal flash attention over the prompt (each query tile reads the K/V blocks up
+    to its last position, through the on-chip tier); the whole prompt's KV is written once; the
+    LM head runs on each sequence's last position, whose logits give the first token. So the
+    step's time is the time to first token (the first decode step is not added).
+
+    ``cached`` prompt tokens already have their KV (prefix caching): they are read, not
+    computed. The other fields are :class:`Decode`'s and are validated by it.
+    """
+
+    batch: int = 1
+    prompt: int = 2048
+    cached: int = 0
+    weights: str = "bf16"
+    kv: str = "bf16"
+    activations: str = "auto"
+    kv_block: int = 16
+    tile_k: int | None = None
+    tile_n: int | None = None
+    tile_m: int | None = None
+    residency: str = "auto"
+    seed: int = 0
+    tp: int = 1
+    pp: int = 1
+    microbatches: int | None = None
+    policy: str = "auto"
+    placement: Any = ()
+    ep: int = 1
+    routing: str = "uniform"
+    runtime: Any = "auto"
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "prompt", _positive_int(self.prompt, "prompt"))
+        object.__setattr__(self, "cached", _positive_int(self.cached, "cached", minimum=0))
+        step = self.step()
+        for name in ("weights", "activations", "microbatches", "placement"):
+            object.__setattr__(self, name, getattr(step, name))
+
+    def step(self) -> Decode:
+        """The prefill as the one step the planner lowers."""
+        fields = {name: getattr(self, name) for name in self.__dataclass_fields__
+                  if name not in ("prompt", "cached")}
+        return Decode(context=self.cached, new_tokens=self.prompt, steps=1, prefill=True,
+                      **fields)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain fields, for reports and result stores."""
+        return {"prefill": True, "prompt": self.prompt, **self.step().to_dict()}
 
 
 def _placement_pairs(placement: Any) -> tuple[tuple[str, str], ...]:

@@ -163,15 +163,18 @@ def run_step(plan: Plan, state: ReferenceState, step: int, routes=None) -> dict:
                 m = int(routes[row[k.C_ROUTE]][row[k.C_ROUTE_COL]])
             tk, tn = row[k.C_TILE_K], row[k.C_TILE_N]
             n_tiles, k_tiles = _ceil(n, tn), _ceil(kdim, tk)
-            split, per_unit, units, waves = work_units(n_tiles, k_tiles, cores)
+            # M tiles (a prompt's GEMM): units are (N tile, M tile) pairs, N tile outer
+            tm = row[k.C_TILE_M] if 0 < row[k.C_TILE_M] < m else m
+            m_tiles = _ceil(m, tm) if m else 1
+            split, per_unit, units, waves = work_units(n_tiles * m_tiles, k_tiles, cores)
             out_bits = k.PARTIAL_SUM_BITS if split > 1 else act_bits
             quant_ops = act_quant * m * kdim
             counters["vector_ops"] += int(quant_ops)
-            index = 0
             for w in range(waves):
                 slowest = quant_ops / dev.vector_ops_per_s if w == 0 else 0.0
                 for u in range(w * cores, min(units, (w + 1) * cores)):
-                    nt, kt0 = u // split, (u % split) * per_unit
+                    nt, mt, kt0 = u // split // m_tiles, u // split % m_tiles, (u % split) * per_unit
+                    rows = min(tm, m - mt * tm)
                     kt1 = min(k_tiles, kt0 + per_unit)
                     nn = min(tn, n - nt * tn)
                     elements = 0
@@ -181,23 +184,22 @@ def run_step(plan: Plan, state: ReferenceState, step: int, routes=None) -> dict:
                                          row[k.C_META_BITS], bool(row[k.C_PADDED]))
                         if kt == 0 and nt == 0:
                             bits += row[k.C_TENSOR_META_BITS]
-                        fetch(index, bits, home_of(nt))
-                        index += 1
+                        fetch(nt * k_tiles + kt, bits, home_of(nt))
                         elements += kk * nn
                     covered = min(kdim, kt1 * tk) - kt0 * tk
                     if nt % row[k.C_ACT_REUSE] == 0:      # the activation chunk is staged
-                        counters["act_read_bits"] += m * covered * act_bits
-                        wave[0] += m * covered * act_bits
-                    counters["act_written_bits"] += m * nn * out_bits
-                    wave[0] += m * nn * out_bits
-                    counters["flops"] += 2 * m * elements
+                        counters["act_read_bits"] += rows * covered * act_bits
+                        wave[0] += rows * covered * act_bits
+                    counters["act_written_bits"] += rows * nn * out_bits
+                    wave[0] += rows * nn * out_bits
+                    counters["flops"] += 2 * rows * elements
                     vector_ops = dequant * elements
                     counters["vector_ops"] += int(vector_ops)
                     core_vector = dev.vector_ops_per_s / cores
-                    unit_s = max(2.0 * padded_rows(m) * elements / (peak / cores),
+                    unit_s = max(2.0 * padded_rows(rows) * elements / (peak / cores),
                                  vector_ops / core_vector)
                     if row[k.C_GEMV]:
-                        unit_s = min(unit_s, (2.0 * m * elements + vector_ops) / core_vector)
+                        unit_s = min(unit_s, (2.0 * rows * elements + vector_ops) / core_vector)
                     slowest = max(slowest, unit_s)
                 if w == waves - 1 and split > 1:
                     wave[0] += split_reduction(counters, m, n, n, split, act_bits)
@@ -215,27 +217,39 @@ def run_step(plan: Plan, state: ReferenceState, step: int, routes=None) -> dict:
                 return 8 * _ceil(_ceil(block * row[k.C_KV_ROW_BITS], 8), grain) * grain
             rows = per_kv * new
             streams = row[k.C_BATCH] * heads
-            split, per_unit, units, waves = work_units(streams, blocks, cores)
+            # flash attention over a prompt: one unit per (stream, query tile), never split
+            q_tile = row[k.C_Q_TILE] if 0 < row[k.C_Q_TILE] < new else new
+            q_tiles = _ceil(new, q_tile)
+            if q_tiles == 1:
+                split, per_unit, units, waves = work_units(streams, blocks, cores)
+            else:
+                split, per_unit, units = 1, blocks, streams * q_tiles
+                waves = _ceil(units, cores)
             out_bits = k.PARTIAL_SUM_BITS if split > 1 else act_bits
             for w in range(waves):
                 slowest = 0.0
                 for u in range(w * cores, min(units, (w + 1) * cores)):
-                    stream, j0 = u // split, (u % split) * per_unit
+                    stream, j0 = u // split // q_tiles, (u % split) * per_unit
                     j1 = min(blocks, j0 + per_unit)
+                    q0 = (u % q_tiles) * q_tile
+                    q1 = min(new, q0 + q_tile)
+                    if q_tiles > 1:     # causal: up to the block of the tile's last query
+                        j1 = min(j1, _ceil(tokens - new + q1, block))
                     for j in range(j0, j1):
                         for kv in range(2):
                             fetch((stream * row[k.C_KV_MAX_BLOCKS] + j) * 2 + kv, block_bits(j),
                                   home_of(j))
                     tok0, tok1 = j0 * block, min(tokens, j1 * block)
                     visible = sum(max(0, min(tok1, tokens - new + i + 1) - tok0)
-                                  for i in range(new))
+                                  for i in range(q0, q1))
                     counters["flops"] += 4 * hd * per_kv * visible
                     vector_ops = k.SOFTMAX_OPS * per_kv * visible + dequant * 2 * hd * (tok1 - tok0)
                     counters["vector_ops"] += int(vector_ops)
-                    counters["act_read_bits"] += rows * hd * act_bits
-                    counters["act_written_bits"] += rows * hd * out_bits
-                    wave[0] += rows * hd * (act_bits + out_bits)
-                    slowest = max(slowest, 4.0 * hd * padded_rows(rows) * (tok1 - tok0)
+                    unit_rows = per_kv * (q1 - q0)
+                    counters["act_read_bits"] += unit_rows * hd * act_bits
+                    counters["act_written_bits"] += unit_rows * hd * out_bits
+                    wave[0] += unit_rows * hd * (act_bits + out_bits)
+                    slowest = max(slowest, 4.0 * hd * padded_rows(unit_rows) * (tok1 - tok0)
                                   / (peak / cores) + vector_ops / (dev.vector_ops_per_s / cores))
                 if w == waves - 1 and split > 1:
                     wave[0] += split_reduction(counters, streams * rows, hd + 2, hd, split,
