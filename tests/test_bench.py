@@ -8,8 +8,8 @@ from collections import OrderedDict
 import numpy as np
 import pytest
 
-from memsim.bench import bench_plan, new_replay, replay_lru, run_benchmarks, step_speed, \
-    tile_stream
+from memsim.bench import (bench_plan, new_replay, replay_lru, run_benchmarks, step_speed,
+                          tile_stream)
 from memsim.device import device
 from memsim.emulate import Residency, run_step
 from memsim.kernels import step as k
