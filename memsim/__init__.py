@@ -8,6 +8,7 @@ Numba kernels compile (or load from Numba's on-disk cache) on their first call.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import sys
 import types
 from typing import Any
@@ -40,13 +41,16 @@ __all__ = sorted(["__version__", *_HOMES])
 
 
 def __getattr__(name: str) -> Any:
-    """Load a public name's module on first use and keep the name."""
+    """Load a public name's module on first use and keep the name; a submodule's name
+    (``memsim.study``) imports it, as the eager import of every module used to."""
     home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module 'memsim' has no attribute {name!r}")
-    value = getattr(importlib.import_module(home), name)
-    globals()[name] = value
-    return value
+    if home is not None:
+        value = getattr(importlib.import_module(home), name)
+        globals()[name] = value
+        return value
+    if not name.startswith("_") and importlib.util.find_spec(f"{__name__}.{name}") is not None:
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module 'memsim' has no attribute {name!r}")
 
 
 def __dir__() -> list[str]:

@@ -50,6 +50,14 @@ def test_every_public_name_resolves_and_is_listed():
         memsim.nonsense  # noqa: B018
 
 
+def test_a_submodule_loads_on_first_use():
+    done = _python("import memsim\n"
+                   "print(len(memsim.study.grid(device='h100-sxm', model='llama-3-8b', "
+                   "batch=[1, 2])))")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "2"
+
+
 def test_functions_keep_the_names_their_modules_share():
     done = _python("import memsim.emulate, memsim.device, memsim.sweep\n"
                    "from memsim.speculative import SpecReport\nimport memsim\n"
