@@ -1,0 +1,83 @@
+"""Where one study point's time goes, in a warm process: resolve (catalog names to objects), plan
+(``memsim.plan.plan_system``), walk (the Numba kernel, ``memsim.emulate.run_step`` on every
+stage and step) and report (the rest of ``memsim.emulate.run_system``: summaries, the Report).
+
+    python benchmarks/bench_point.py                  # H100: Llama 3 70B and Llama 3.2 1B, int8
+    python benchmarks/bench_point.py --device b200 --weights int4-g128 --repeats 50
+
+Each phase is timed on its own with ``time.perf_counter`` and its median over the repeats is
+printed, with the median of the whole point (``memsim.emulate`` on catalog names) beside it.
+The machine may be shared: compare figures from one run, not across runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+from memsim.device import device
+from memsim.emulate import Residency, run_step, run_system
+from memsim.emulate import emulate
+from memsim.model import model
+from memsim.plan import plan_system
+from memsim.workload import Decode
+
+MODELS = ("llama-3-70b", "llama-3.2-1b")
+
+
+def _seconds(fn) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def walk(system) -> None:
+    """The kernel calls of ``run_system`` alone: every stage, every step, fresh on-chip tiers."""
+    residencies = [Residency(plan) for plan in system.stages]
+    for step in range(system.workload.steps):
+        for plan, residency in zip(system.stages, residencies):
+            run_step(plan, residency, step)
+
+
+def phases(device_name: str, model_name: str, workload: Decode, repeats: int) -> dict[str, float]:
+    """Median seconds of each phase of one point, and of the whole point."""
+    dev, mod = device(device_name), model(model_name)
+    system = plan_system(dev, mod, workload)
+    run_system(system)                                   # compile or load the kernels
+    timings: dict[str, list[float]] = {name: [] for name in
+                                       ("resolve", "plan", "walk", "run_system", "point")}
+    for _ in range(repeats):
+        timings["resolve"].append(_seconds(lambda: (device(device_name), model(model_name))))
+        timings["plan"].append(_seconds(lambda: plan_system(dev, mod, workload)))
+        timings["walk"].append(_seconds(lambda: walk(system)))
+        timings["run_system"].append(_seconds(lambda: run_system(system)))
+        timings["point"].append(_seconds(lambda: emulate(device_name, model_name, workload)))
+    medians = {name: statistics.median(values) for name, values in timings.items()}
+    medians["report"] = medians["run_system"] - medians["walk"]
+    return medians
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default="h100-sxm")
+    parser.add_argument("--weights", default="int8", help="int8: Llama 3 70B fits one H100")
+    parser.add_argument("--batch", type=int, default=1)
+    parser.add_argument("--context", type=int, default=4096)
+    parser.add_argument("--repeats", type=int, default=30)
+    args = parser.parse_args()
+    workload = Decode(batch=args.batch, context=args.context, weights=args.weights)
+    print(f"{args.device}, batch {args.batch}, context {args.context}, weights {args.weights}, "
+          f"median of {args.repeats} in a warm process (ms)")
+    print(f"{'model':28s} {'resolve':>8s} {'plan':>8s} {'walk':>8s} {'report':>8s} "
+          f"{'sum':>8s} {'emulate':>8s}")
+    for model_name in MODELS:
+        m = phases(args.device, model_name, workload, args.repeats)
+        total = m["resolve"] + m["plan"] + m["walk"] + m["report"]
+        print(f"{model_name:28s} " + " ".join(
+            f"{m[name] * 1e3:8.3f}" for name in ("resolve", "plan", "walk", "report"))
+            + f" {total * 1e3:8.3f} {m['point'] * 1e3:8.3f}")
+
+
+if __name__ == "__main__":
+    main()
