@@ -37,8 +37,13 @@ def _request(args: argparse.Namespace, name: str | None = None) -> DeviceRequest
 
 def _workload(args: argparse.Namespace, *, skip: Sequence[str] = ()) -> Decode:
     """The Decode a verb's generated workload flags describe."""
-    return decode_from({f.name: getattr(args, f.name) for f in dataclasses.fields(Decode)
-                        if hasattr(args, f.name) and f.name not in skip})
+    fields = {f.name: getattr(args, f.name) for f in dataclasses.fields(Decode)
+              if hasattr(args, f.name) and f.name not in skip}
+    if "placement" in fields:
+        fields["placement"] = parse_pairs(fields["placement"], field="--place",
+                                          example="SELECTOR=TIER[:FRACTION] such as kv=cxl or "
+                                                  "weights[40:80]=cxl")
+    return decode_from(fields)
 
 
 def cmd_devices(args: argparse.Namespace) -> int:

@@ -75,7 +75,7 @@ def parse_pairs(pairs: Sequence[str] | Mapping[str, Any], *, field: str,
             key, sep, value = str(pair).partition("=")
             if not sep:
                 key = ""
-        if not str(key).strip():
+        if not str(key).strip() or (isinstance(value, str) and not value.strip()):
             raise ConfigError(f"expected {example}, got {pair!r}", field=field)
         out.pop(str(key).strip(), None)
         out[str(key).strip()] = value.strip() if isinstance(value, str) else value

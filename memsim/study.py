@@ -111,8 +111,8 @@ def grid(*, device: Any, model: Any, set: Mapping[str, Any] | None = None,  # no
     ``speculative`` (``draft``, ``gamma``, ``acceptance``, ...) makes speculative points;
     the other keywords are Decode fields.
     """
-    set = _table(set or {}, "grid.set")  # noqa: A001
-    speculative = _table(speculative or {}, "grid.speculative")
+    set = _table({} if set is None else set, "grid.set")  # noqa: A001
+    speculative = _table({} if speculative is None else speculative, "grid.speculative")
     for name in workload:
         if name not in DECODE_FIELDS:
             raise ConfigError(f"unknown workload field {name!r}; expected one of "
