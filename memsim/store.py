@@ -90,7 +90,8 @@ class Store:
                               f"store's ({', '.join(COLUMNS)})", file=self.path, field="store")
         problems = [row[0] for row in self.db.execute("PRAGMA quick_check(3)")]
         if problems != ["ok"]:
-            raise ConfigError(f"the store is damaged ({problems[0]}); copy its readable rows "
+            first = " ".join(problems[0].split())
+            raise ConfigError(f"the store is damaged ({first}); copy its readable rows "
                               f"into a new store with `memsim salvage {self.path} -o NEW.sqlite`",
                               file=self.path, field="store")
 
