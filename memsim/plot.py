@@ -1,6 +1,7 @@
 """Plots of a stored study (matplotlib, ``pip install memsim[plot]``; headless).
 
-Kinds: ``latency`` (time per token against a swept workload field, a line per varying input),
+Kinds: ``latency`` (time per token against a swept workload field, a line per varying input,
+a panel per device when that makes too many lines),
 ``devices`` (time per token per device, side by side), ``sram`` (off-chip bytes against the
 on-chip capacity a study swept with ``tiers.<on-chip>.capacity``), ``roofline`` (one stored
 point's ops against the device's roofs) and ``bytes`` (one stored point's bytes crossing each
@@ -109,8 +110,10 @@ def figure(kind: str, store_path: str | Path, *, study: str | None = None,
         raise ConfigError(f"a {kind} plot draws one point and {len(rows)} match; pick one with "
                           f"--where (these vary: {', '.join(moving) or 'the study'})",
                           file=str(store_path), field="where")
+    if kind == "latency":
+        return _latency_figure(plt, rows, x)
     fig, ax = plt.subplots(figsize=(9, 5.5), dpi=100)
-    {"latency": _latency, "devices": _devices, "sram": _sram, "roofline": _roofline,
+    {"devices": _devices, "sram": _sram, "roofline": _roofline,
      "bytes": _bytes}[kind](ax, rows, x)
     handles, _ = ax.get_legend_handles_labels()
     if len(handles) > LEGEND_INSIDE:
@@ -143,26 +146,64 @@ def _swept_field(rows: list[dict[str, Any]]) -> str:
     return max(counts, key=counts.__getitem__)
 
 
-def _latency(ax: Any, rows: list[dict[str, Any]], x: str | None) -> None:
+def _facet(rows: list[dict[str, Any]], series: list[str]) -> str | None:
+    """The varying input to draw one panel per value of, when one panel would hold more than
+    :data:`LEGEND_INSIDE` series (devices first, then models, then the most varied)."""
+    flats = [inputs_of(r) for r in rows]
+    if len({tuple(f.get(n) for n in series) for f in flats}) <= LEGEND_INSIDE:
+        return None
+    counts = {n: len({f.get(n) for f in flats}) for n in series}
+    preferred = [n for n in ("device", "model") if n in counts]
+    return preferred[0] if preferred else max(counts, key=counts.__getitem__)
+
+
+def _latency_figure(plt: Any, rows: list[dict[str, Any]], x: str | None) -> Any:
+    """Time per token against ``x``: a line per varying input; small multiples (a panel per
+    device, or model) when one panel would hold more than 8 lines."""
     field = x or _swept_field(rows)
     fixed, moving = varying(rows)
     series = [n for n in moving if n != field]
-    lines: dict[str, list[tuple[float, float]]] = defaultdict(list)
-    for row in rows:
-        value = row["inputs"]["workload"].get(field)
-        if value is None:
-            continue
-        lines[_label(row, series)].append((float(value), row["figures"]["time_per_token_s"]))
-    if not lines:
+    facet = _facet(rows, series)
+    panels = sorted({inputs_of(r).get(facet, "") for r in rows}) if facet else [""]
+    columns = min(len(panels), 3)
+    lines_of = (len(panels) + columns - 1) // columns
+    fig, axes = plt.subplots(lines_of, columns, figsize=(5.2 * columns, 4.2 * lines_of),
+                             dpi=100, squeeze=False)
+    legend = [n for n in series if n != facet]
+    colors: dict[str, Any] = {}
+    for ax, panel in zip(axes.flat, panels):
+        lines: dict[str, list[tuple[float, float]]] = defaultdict(list)
+        for row in rows:
+            value = row["inputs"]["workload"].get(field)
+            if value is None or (facet and inputs_of(row).get(facet) != panel):
+                continue
+            lines[_label(row, legend)].append((float(value),
+                                               row["figures"]["time_per_token_s"]))
+        for label, points in sorted(lines.items()):
+            points.sort()
+            drawn = ax.plot([p[0] for p in points], [1e3 * p[1] for p in points], marker="o",
+                            label=label, color=colors.get(label))
+            colors.setdefault(label, drawn[0].get_color())
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel(field)
+        ax.set_ylabel("ms per token")
+        ax.grid(True, alpha=0.3)
+        if facet:
+            ax.set_title(f"{facet}={panel}" if facet not in ("device", "model") else panel,
+                         fontsize=9)
+        if lines and len(lines) <= LEGEND_INSIDE:
+            ax.legend(fontsize=7)
+    for ax in list(axes.flat)[len(panels):]:
+        ax.set_visible(False)
+    if not any(ax.get_lines() for ax in axes.flat):
         raise ConfigError(f"no stored point sets the workload field {field!r}", field="x")
-    for label, points in sorted(lines.items()):
-        points.sort()
-        ax.plot([p[0] for p in points], [1e3 * p[1] for p in points], marker="o", label=label)
-    ax.set_xscale("log", base=2)
-    ax.set_xlabel(field)
-    ax.set_ylabel("ms per token")
-    ax.set_title(_title(f"time per token against {field}", fixed, (field,)), fontsize=9)
-    ax.grid(True, alpha=0.3)
+    title = _title(f"time per token against {field}", fixed, (field,))
+    if facet:
+        fig.suptitle(title, fontsize=10)
+    else:
+        axes.flat[0].set_title(title, fontsize=9)
+    fig.tight_layout()
+    return fig
 
 
 def _devices(ax: Any, rows: list[dict[str, Any]], x: str | None) -> None:

@@ -208,6 +208,8 @@ def sweep(study: Study | Sequence[Point] | Mapping[str, Any],
             else:
                 _run_local(work, jobs, record)
         except KeyboardInterrupt:
+            if bar.stream is not None:
+                bar.stream.write("\n")         # end the progress line
             raise SweepInterrupted(str(store), written) from None
     return SweepResult(store=str(store), study=study_name, points=len(points),
                        computed=len(todo), skipped=len(points) - len(todo), errors=len(errors),

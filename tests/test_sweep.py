@@ -440,3 +440,72 @@ def test_sigkill_of_a_parallel_sweep_leaves_no_process_and_loses_no_row(tmp_path
     keys = [r["key"] for r in rows]
     assert len(keys) == len(set(keys)) == 240 and not any(r["error"] for r in rows)
     assert {p.key for p in load_study(study).points} == set(keys)
+
+
+# Plots a reader understands (issue 15.3) ----------------------------------------------------
+
+@pytest.fixture(scope="module")
+def plotted(tmp_path_factory) -> Path:
+    pytest.importorskip("matplotlib")
+    store = tmp_path_factory.mktemp("plots") / "p.sqlite"
+    memsim.sweep({"device": ["h100-sxm", "mi300x", "tpu-v5e"],
+                  "model": ["llama-3.2-1b", "llama-3-8b"], "batch": [1, 8],
+                  "context": [256, 1024], "weights": "int8"}, store)
+    return store
+
+
+def _texts(fig) -> tuple[str, list[list[str]]]:
+    title = fig.get_suptitle() + " ".join(
+        ax.get_title() for ax in fig.axes)
+    legends = [[t.get_text() for t in ax.get_legend().get_texts()] if ax.get_legend() else []
+               for ax in fig.axes]
+    return title, legends
+
+
+def test_a_plot_titles_the_fixed_inputs_and_labels_the_varying_ones(plotted):
+    from memsim.plot import figure
+    fig = figure("latency", plotted, where={"model": "llama-3-8b", "context": "256"})
+    title, legends = _texts(fig)
+    assert "weights=int8" in title and "model=llama-3-8b" in title and "context=256" in title
+    labels = [label for legend in legends for label in legend]
+    assert sorted(labels) == ["h100-sxm", "mi300x", "tpu-v5e"]
+    assert all(len(ax.get_lines()) == 3 for ax in fig.axes)
+
+
+def test_more_than_8_series_become_small_multiples(plotted):
+    from memsim.plot import LEGEND_INSIDE, figure
+    fig = figure("latency", plotted)
+    visible = [ax for ax in fig.axes if ax.get_visible()]
+    assert len(visible) == 3 and {ax.get_title() for ax in visible} == {"h100-sxm", "mi300x",
+                                                                        "tpu-v5e"}
+    assert all(0 < len(ax.get_lines()) <= LEGEND_INSIDE for ax in visible)
+    assert sum(len(ax.get_lines()) for ax in visible) == 12
+
+
+def test_a_plot_of_one_point_needs_where_to_pick_it(plotted):
+    from memsim.plot import figure
+    with pytest.raises(memsim.ConfigError) as info:
+        figure("roofline", plotted)
+    assert info.value.field == "where" and "batch" in str(info.value) \
+        and "device" in str(info.value) and "weights" not in str(info.value)
+    one = {"device": "h100-sxm", "model": "llama-3-8b", "batch": "8", "context": "1024"}
+    assert figure("roofline", plotted, where=one).axes
+
+
+def test_plot_bytes_counts_each_tier_boundary_once(plotted):
+    from memsim.plot import figure, rerun
+    one = {"device": "h100-sxm", "model": "llama-3-8b", "batch": "8", "context": "1024"}
+    fig = figure("bytes", plotted, where=one)
+    ax = fig.axes[0]
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert not any("sram" in label for label in labels)
+    drawn = sum(patch.get_height() for patch in ax.patches) * 1e9
+    with Store(plotted) as store:
+        row = next(r for r in store.rows() if r["inputs"]["device"] == "h100-sxm"
+                   and r["inputs"]["model"] == "llama-3-8b"
+                   and r["inputs"]["workload"]["batch"] == 8
+                   and r["inputs"]["workload"]["context"] == 1024)
+    _, report = rerun(row)
+    assert drawn == pytest.approx(report.bytes_read["hbm"] + report.bytes_written["hbm"],
+                                  rel=1e-9)
+    assert report.bytes_read["hbm"] == row["figures"]["bytes_read"]["hbm"]
