@@ -9,6 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from memsim.cli import main
 from memsim.errors import ConfigError
 from memsim.study import load_study
+from memsim.testing import examples
 from memsim.testing._studies import InvalidStudy, invalid_studies
 
 
@@ -33,12 +34,12 @@ def test_a_malformed_study_names_its_field(tmp_path, capsys, text, field):
     assert err.startswith("memsim: error:") and len(err.splitlines()) == 1 and field in err
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(example=invalid_studies())
 def test_every_invalid_study_is_one_config_error_naming_its_field(tmp_path_factory, example):
     assert isinstance(example, InvalidStudy)
     path = tmp_path_factory.mktemp("s") / "study.toml"
-    path.write_text(example.text)
+    path.write_text(example.text, encoding="utf-8")
     with pytest.raises(ConfigError) as info:
         load_study(path)
     assert info.value.field == example.field, (example.mistake, example.text)

@@ -26,24 +26,29 @@ class InvalidStudy(NamedTuple):
     mistake: str
 
 
+def _toml_string(text: str) -> str:
+    """A TOML basic string: JSON's escapes, and DEL escaped too (TOML forbids it raw)."""
+    return json.dumps(text, ensure_ascii=False).replace("\x7f", "\\u007f")
+
+
 def _toml_value(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, (int, float)):
         return repr(value)
     if isinstance(value, str):
-        return json.dumps(value)
+        return _toml_string(value)
     if isinstance(value, list):
         return "[" + ", ".join(_toml_value(v) for v in value) + "]"
     if isinstance(value, dict):
-        return "{" + ", ".join(f"{json.dumps(k)} = {_toml_value(v)}"
+        return "{" + ", ".join(f"{_toml_string(k)} = {_toml_value(v)}"
                                for k, v in value.items()) + "}"
     raise TypeError(value)
 
 
 def study_text(data: dict[str, Any]) -> str:
     """A study's data as TOML text (every table inline, so any value may stand anywhere)."""
-    return "".join(f"{json.dumps(key)} = {_toml_value(value)}\n" for key, value in data.items())
+    return "".join(f"{_toml_string(key)} = {_toml_value(value)}\n" for key, value in data.items())
 
 
 _JUNK = st.one_of(st.integers(-3, 10 ** 6), st.booleans(), st.floats(allow_nan=False,
