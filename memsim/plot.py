@@ -14,6 +14,7 @@ one; more than :data:`LEGEND_INSIDE` series put the legend outside the axes.
 
 from __future__ import annotations
 
+import re
 import textwrap
 from collections import defaultdict
 from collections.abc import Mapping
@@ -43,6 +44,11 @@ def _pyplot() -> Any:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     return plt
+
+
+def _line(**style: Any) -> Any:
+    from matplotlib.lines import Line2D
+    return Line2D([], [], **style)
 
 
 def inputs_of(row: dict[str, Any]) -> dict[str, str]:
@@ -179,7 +185,7 @@ def _latency_figure(plt: Any, rows: list[dict[str, Any]], x: str | None) -> Any:
                 continue
             lines[_label(row, legend)].append((float(value),
                                                row["figures"]["time_per_token_s"]))
-        for label, points in sorted(lines.items()):
+        for label, points in sorted(lines.items(), key=lambda item: _natural(item[0])):
             points.sort()
             drawn = ax.plot([p[0] for p in points], [1e3 * p[1] for p in points], marker="o",
                             label=label, color=colors.get(label))
@@ -191,19 +197,32 @@ def _latency_figure(plt: Any, rows: list[dict[str, Any]], x: str | None) -> Any:
         if facet:
             ax.set_title(f"{facet}={panel}" if facet not in ("device", "model") else panel,
                          fontsize=9)
-        if lines and len(lines) <= LEGEND_INSIDE:
+        if lines and not facet:
             ax.legend(fontsize=7)
     for ax in list(axes.flat)[len(panels):]:
         ax.set_visible(False)
+    if facet and colors:                # one legend for every panel, below them
+        handles = [_line(color=color, marker="o", label=label)
+                   for label, color in sorted(colors.items(), key=lambda i: _natural(i[0]))]
+        fig.legend(handles=handles, loc="lower center", fontsize=8, frameon=False,
+                   ncol=min(3, len(handles)))
     if not any(ax.get_lines() for ax in axes.flat):
         raise ConfigError(f"no stored point sets the workload field {field!r}", field="x")
     title = _title(f"time per token against {field}", fixed, (field,))
     if facet:
         fig.suptitle(title, fontsize=10)
+        rows_of_legend = (len(colors) + 2) // 3
+        fig.tight_layout(rect=(0, 0.05 * rows_of_legend / lines_of, 1, 1))
     else:
         axes.flat[0].set_title(title, fontsize=9)
-    fig.tight_layout()
+        fig.tight_layout()
     return fig
+
+
+def _natural(text: str) -> list[Any]:
+    """Sort key that orders numbers inside labels by value (1024 before 8192 before 32768)."""
+    return [(0, float(part), "") if re.fullmatch(r"\d+(\.\d+)?", part) else (1, 0.0, part)
+            for part in re.split(r"(\d+(?:\.\d+)?)", text)]
 
 
 def _devices(ax: Any, rows: list[dict[str, Any]], x: str | None) -> None:
