@@ -281,13 +281,17 @@ def cmd_plot(args: argparse.Namespace) -> int:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    from memsim.validate import default_folder, validate
+    from memsim.validate import validate
 
-    folder = Path(args.folder) if args.folder else default_folder()
-    output = _output(args.output) or folder.parent / "docs" / "validation.md"
-    rows, _ = validate(folder, output)
-    predicted = [r for r in rows if r.error is not None]
-    print(f"wrote {output}: {len(rows)} measurements, {len(predicted)} predicted")
+    output = _output(args.output)
+    rows, text = validate(Path(args.folder) if args.folder else None, output)
+    predicted = sum(1 for r in rows if r.error is not None)
+    summary = f"{len(rows)} measurements, {predicted} predicted"
+    if output is None:
+        print(text, end="")
+        print(summary, file=sys.stderr)
+    else:
+        print(f"wrote {output}: {summary}")
     return 0
 
 
@@ -405,10 +409,10 @@ def _parser() -> argparse.ArgumentParser:
                    help="keep rows whose device, model, workload or what-if field has this "
                         "value (repeatable)")
 
-    p = verb("validate", cmd_validate, "predict public measurements; write docs/validation.md")
-    p.add_argument("--folder", default=None, help="validation folder (default: the repository's)")
+    p = verb("validate", cmd_validate, "predict public measurements as a Markdown report")
+    p.add_argument("--folder", default=None, help="validation folder (default: memsim's own)")
     p.add_argument("-o", "--output", default=None,
-                   help="Markdown file to write (default: docs/validation.md beside the folder)")
+                   help="Markdown file to write (default: print it; nothing is written)")
 
     p = verb("bench", cmd_bench, "measure the walkers' speed (ratios against a bare loop)")
     p.add_argument("--quick", action="store_true", help="smaller workloads")

@@ -316,3 +316,26 @@ def test_a_capacity_error_suggests_plan_with_the_users_flags(capsys):
                        "--weights", "fp16", "--kv", "fp8-e4m3", "--tp", "1")
     assert code == 2 and "`memsim plan h100-sxm llama-3-70b --context 1024 --weights fp16 " \
         "--kv fp8-e4m3`" in err
+
+
+def test_every_flag_of_every_verb_has_a_line_of_help():
+    from memsim.cli import _parser
+    verbs = _parser()._subparsers._group_actions[0].choices
+    for name, verb in verbs.items():
+        for action in verb._actions:
+            assert action.help and action.help.strip(), f"{name} {action.option_strings}"
+    text = verbs["run"].format_help()
+    assert "memsim formats" in text                     # where a format is asked
+
+
+def test_validate_writes_only_where_output_says(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    from memsim.validate import default_folder
+    docs = default_folder().parent / "docs" / "validation.md"
+    before = docs.read_bytes() if docs.exists() else None
+    code, out, err = run(capsys, "validate")
+    assert code == 0 and out.startswith("#") and "measurements" in err
+    assert (docs.read_bytes() if docs.exists() else None) == before
+    assert list(tmp_path.iterdir()) == []
+    code, out, _ = run(capsys, "validate", "-o", str(tmp_path / "v.md"))
+    assert code == 0 and (tmp_path / "v.md").read_text().startswith("#")

@@ -481,6 +481,9 @@ def test_more_than_8_series_become_small_multiples(plotted):
                                                                         "tpu-v5e"}
     assert all(0 < len(ax.get_lines()) <= LEGEND_INSIDE for ax in visible)
     assert sum(len(ax.get_lines()) for ax in visible) == 12
+    shared = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert len(shared) == 4 and all("device" not in label for label in shared)
+    assert shared.index("context=256, llama-3-8b") < shared.index("context=1024, llama-3-8b")
 
 
 def test_a_plot_of_one_point_needs_where_to_pick_it(plotted):
