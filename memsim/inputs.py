@@ -69,7 +69,7 @@ def parse_pairs(pairs: Sequence[str] | Mapping[str, Any], *, field: str,
         return tuple((str(k), v) for k, v in pairs.items())
     out: dict[str, Any] = {}
     for pair in pairs:
-        if isinstance(pair, tuple) and len(pair) == 2:
+        if isinstance(pair, (tuple, list)) and len(pair) == 2:
             key, value = pair
         else:
             key, sep, value = str(pair).partition("=")

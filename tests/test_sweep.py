@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import signal
@@ -228,6 +229,9 @@ def test_placement_works_in_a_study(tmp_path):
     result = memsim.sweep({"device": "h100-sxm", "model": "llama-3.2-1b",
                            "placement": {"kv": "hbm"}}, tmp_path / "p.sqlite")
     assert result.errors == 0 and result.computed == 1
+    if importlib.util.find_spec("matplotlib"):          # a stored placement runs again
+        from memsim.plot import figure
+        assert figure("bytes", tmp_path / "p.sqlite").axes
     study = tmp_path / "p.toml"
     study.write_text('[grid]\ndevice = "h100-sxm"\nmodel = "llama-3.2-1b"\ncontext = [256, 512]\n'
                      '[grid.placement]\nkv = "hbm"\n')
