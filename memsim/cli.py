@@ -295,6 +295,16 @@ def cmd_validate(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_completion(args: argparse.Namespace) -> int:
+    try:
+        import shtab
+    except ImportError:
+        raise ConfigError("shell completion needs shtab: pip install shtab",
+                          field="completion") from None
+    print(shtab.complete(_parser(), shell=args.shell))
+    return 0
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     from memsim.bench import run_benchmarks
 
@@ -413,6 +423,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--folder", default=None, help="validation folder (default: memsim's own)")
     p.add_argument("-o", "--output", default=None,
                    help="Markdown file to write (default: print it; nothing is written)")
+
+    p = verb("completion", cmd_completion, "a shell completion script (needs shtab), e.g. "
+                                           "memsim completion bash > ~/.local/share/"
+                                           "bash-completion/completions/memsim")
+    p.add_argument("shell", choices=("bash", "zsh", "tcsh"), help="the shell")
 
     p = verb("bench", cmd_bench, "measure the walkers' speed (ratios against a bare loop)")
     p.add_argument("--quick", action="store_true", help="smaller workloads")

@@ -339,3 +339,9 @@ def test_validate_writes_only_where_output_says(tmp_path, capsys, monkeypatch):
     assert list(tmp_path.iterdir()) == []
     code, out, _ = run(capsys, "validate", "-o", str(tmp_path / "v.md"))
     assert code == 0 and (tmp_path / "v.md").read_text().startswith("#")
+
+
+def test_shell_completion_knows_the_generated_flags(capsys):
+    pytest.importorskip("shtab")
+    code, out, _ = run(capsys, "completion", "bash")
+    assert code == 0 and "--batch" in out and "--set" in out and "hbm-centric" in out
