@@ -453,7 +453,7 @@ def test_sigkill_of_a_parallel_sweep_leaves_no_process_and_loses_no_row(tmp_path
 def plotted(tmp_path_factory) -> Path:
     pytest.importorskip("matplotlib")
     store = tmp_path_factory.mktemp("plots") / "p.sqlite"
-    memsim.sweep({"device": ["h100-sxm", "mi300x", "tpu-v5e"],
+    memsim.sweep({"device": ["h100-sxm", "mi300x", "h200"],
                   "model": ["llama-3.2-1b", "llama-3-8b"], "batch": [1, 8],
                   "context": [256, 1024], "weights": "int8"}, store)
     return store
@@ -473,7 +473,7 @@ def test_a_plot_titles_the_fixed_inputs_and_labels_the_varying_ones(plotted):
     title, legends = _texts(fig)
     assert "weights=int8" in title and "model=llama-3-8b" in title and "context=256" in title
     labels = [label for legend in legends for label in legend]
-    assert sorted(labels) == ["h100-sxm", "mi300x", "tpu-v5e"]
+    assert sorted(labels) == ["h100-sxm", "h200", "mi300x"]
     assert all(len(ax.get_lines()) == 3 for ax in fig.axes)
 
 
@@ -482,7 +482,7 @@ def test_more_than_8_series_become_small_multiples(plotted):
     fig = figure("latency", plotted)
     visible = [ax for ax in fig.axes if ax.get_visible()]
     assert len(visible) == 3 and {ax.get_title() for ax in visible} == {"h100-sxm", "mi300x",
-                                                                        "tpu-v5e"}
+                                                                        "h200"}
     assert all(0 < len(ax.get_lines()) <= LEGEND_INSIDE for ax in visible)
     assert sum(len(ax.get_lines()) for ax in visible) == 12
     shared = [t.get_text() for t in fig.legends[0].get_texts()]
