@@ -7,8 +7,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 
 from memsim.capacity import capacity_table, smallest_system
-from memsim.device import Device, device as catalog_device, device_names
+from memsim.device import Device, device_names
 from memsim.emulate import emulate, run_system
+from memsim.inputs import device_from
 from memsim.model import Model
 from memsim.plan import plan_system
 from memsim.units import format_quantity
@@ -86,7 +87,7 @@ def compare(model: Model, workload: Decode, devices: Sequence[Device | str] | No
             prices: Mapping[str, float] | None = None) -> list[Comparison]:
     """Every catalog device (or those given) at its smallest system, in catalog order."""
     prices = dict(prices or {})
-    chosen = [catalog_device(d) if isinstance(d, str) else d
+    chosen = [device_from(d)
               for d in (devices if devices is not None else device_names())]
     return [compare_device(d, model, workload, prices.get(d.name)) for d in chosen]
 

@@ -4,6 +4,10 @@ A row holds the point's key, its study, its inputs, its figures (or the error th
 memsim's version and how long it took. Rows are inserted once (the first write of a key wins) and
 each is committed on its own, so a study killed at any moment keeps every row it wrote, and a
 rerun computes only the points the store does not hold.
+
+Opening checks the file: a store path that keeps nothing (``""``, ``:memory:``) is refused, a
+damaged file (``PRAGMA quick_check``) or a ``points`` table of another shape is refused with
+what is wrong, and :func:`salvage` copies the readable rows of a damaged store into a new one.
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ import io
 import json
 import sqlite3
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -31,24 +35,65 @@ CREATE TABLE IF NOT EXISTS points (
     written REAL NOT NULL
 )
 """
+COLUMNS = ("key", "study", "inputs", "figures", "error", "version", "seconds", "written")
+OPEN_TIMEOUT_S = 30.0
+LOCK_RETRY_S = 0.05
+NOT_A_FILE = ("", ":memory:")
+
+
+def _locked(exc: sqlite3.DatabaseError) -> bool:
+    return "locked" in str(exc) or "busy" in str(exc)
 
 
 class Store:
     """A SQLite file of study results."""
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, *, create: bool = True) -> None:
         self.path = str(path)
+        if self.path.strip() in NOT_A_FILE or self.path.startswith("file:"):
+            raise ConfigError(f"a results store is a file; {self.path!r} would keep nothing",
+                              field="store")
+        if not create and not Path(self.path).exists():
+            raise ConfigError("no such results store", file=self.path, field="store")
         try:
-            self.db = sqlite3.connect(self.path, timeout=30.0)
-            self.db.execute("PRAGMA journal_mode=WAL")
-            # a committed row survives the process being killed; only a power cut could lose
-            # the last commits, which a rerun then computes again
-            self.db.execute("PRAGMA synchronous=NORMAL")
-            self.db.execute(SCHEMA)
-            self.db.commit()
+            self.db = sqlite3.connect(self.path, timeout=OPEN_TIMEOUT_S)
+            self._setup()
         except sqlite3.DatabaseError as exc:
             raise ConfigError(f"not a memsim results store: {exc}", file=self.path,
                               field="store") from None
+
+    def _setup(self) -> None:
+        """WAL mode and the table, retried while another process does the same on a new file
+        (the switch to WAL takes a lock that the busy timeout does not wait for)."""
+        deadline = time.monotonic() + OPEN_TIMEOUT_S
+        while True:
+            try:
+                if self.db.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+                    self.db.execute("PRAGMA journal_mode=WAL")
+                # a committed row survives the process being killed; only a power cut could
+                # lose the last commits, which a rerun then computes again
+                self.db.execute("PRAGMA synchronous=NORMAL")
+                self.db.execute(SCHEMA)
+                self.db.commit()
+                break
+            except sqlite3.OperationalError as exc:
+                if not _locked(exc) or time.monotonic() > deadline:
+                    raise
+                self.db.rollback()
+                time.sleep(LOCK_RETRY_S)
+        self._check()
+
+    def _check(self) -> None:
+        columns = tuple(row[1] for row in self.db.execute("PRAGMA table_info(points)"))
+        if columns != COLUMNS:
+            raise ConfigError(f"its points table has columns {', '.join(columns)}, not a memsim "
+                              f"store's ({', '.join(COLUMNS)})", file=self.path, field="store")
+        problems = [row[0] for row in self.db.execute("PRAGMA quick_check(3)")]
+        if problems != ["ok"]:
+            first = " ".join(problems[0].split())
+            raise ConfigError(f"the store is damaged ({first}); copy its readable rows "
+                              f"into a new store with `memsim salvage {self.path} -o NEW.sqlite`",
+                              file=self.path, field="store")
 
     def close(self) -> None:
         """Close the database."""
@@ -143,3 +188,56 @@ def write_rows(store: Store, study: str, results: Iterable[tuple]) -> int:
     from memsim import __version__
     return sum(store.add(key, study, inputs, figures, error, __version__, seconds)
                for key, inputs, figures, error, seconds in results)
+
+
+def _readable(db: sqlite3.Connection) -> Iterator[tuple | None]:
+    """Each row of a possibly damaged ``points`` table (``None`` for one that cannot be read)."""
+    try:
+        last = db.execute("SELECT max(rowid) FROM points").fetchone()[0] or 0
+    except sqlite3.DatabaseError:
+        last = db.execute("PRAGMA page_count").fetchone()[0] * 64
+    for rowid in range(1, last + 1):
+        try:
+            row = db.execute(f"SELECT {', '.join(COLUMNS)} FROM points WHERE rowid = ?",
+                             (rowid,)).fetchone()
+        except sqlite3.DatabaseError:
+            yield None
+            continue
+        if row is not None:
+            yield row
+
+
+def salvage(damaged: str | Path, new: str | Path) -> tuple[int, int]:
+    """Copy the readable rows of a damaged store into a new store: ``(kept, unreadable)``.
+
+    Rows whose inputs or figures are not valid JSON are counted unreadable; a rerun of the
+    study computes them again.
+    """
+    if Path(new).exists():
+        raise ConfigError("the new store must not exist yet", file=str(new), field="--output")
+    if not Path(damaged).exists():
+        raise ConfigError("no such results store", file=str(damaged), field="store")
+    db = sqlite3.connect(f"file:{Path(damaged).resolve()}?mode=ro", uri=True)
+    kept = lost = 0
+    try:
+        with Store(new) as out:
+            for row in _readable(db):
+                try:
+                    if row is None:
+                        raise ValueError("unreadable")
+                    json.loads(row[2])
+                    if row[3] is not None:
+                        json.loads(row[3])
+                except (ValueError, TypeError):
+                    lost += 1
+                    continue
+                out.db.execute("INSERT OR IGNORE INTO points VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                               row)
+                kept += 1
+            out.db.commit()
+    except sqlite3.DatabaseError as exc:
+        raise ConfigError(f"cannot read the damaged store: {exc}", file=str(damaged),
+                          field="store") from None
+    finally:
+        db.close()
+    return kept, lost

@@ -87,7 +87,19 @@ def _values(value: Any) -> list[Any]:
 
 
 def _freeze(value: Any) -> Any:
-    return tuple(_freeze(v) for v in value) if isinstance(value, list) else value
+    """A value a point can hash: lists become tuples, tables ``(key, value)`` pairs in order
+    (a placement's later rule wins, so its order is kept)."""
+    if isinstance(value, (list, tuple)):
+        return tuple(_freeze(v) for v in value)
+    if isinstance(value, Mapping):
+        return tuple((str(k), _freeze(v)) for k, v in value.items())
+    return value
+
+
+def _table(value: Any, field: str) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"expected a table, got {value!r}", field=field)
+    return value
 
 
 def grid(*, device: Any, model: Any, set: Mapping[str, Any] | None = None,  # noqa: A002
@@ -99,6 +111,8 @@ def grid(*, device: Any, model: Any, set: Mapping[str, Any] | None = None,  # no
     ``speculative`` (``draft``, ``gamma``, ``acceptance``, ...) makes speculative points;
     the other keywords are Decode fields.
     """
+    set = _table({} if set is None else set, "grid.set")  # noqa: A001
+    speculative = _table({} if speculative is None else speculative, "grid.speculative")
     for name in workload:
         if name not in DECODE_FIELDS:
             raise ConfigError(f"unknown workload field {name!r}; expected one of "
@@ -108,15 +122,20 @@ def grid(*, device: Any, model: Any, set: Mapping[str, Any] | None = None,  # no
             raise ConfigError(f"unknown speculative field {name!r}; expected one of "
                               f"{', '.join(SPEC_FIELDS)}", field=f"grid.speculative.{name}")
     axes: list[tuple[str, str, list[Any]]] = []
+    for name, values in (("device", device), ("model", model)):
+        for value in _values(values):
+            if not isinstance(value, str) or not value.strip():
+                raise ConfigError(f"expected a name or file, got {value!r}", field=f"grid.{name}")
     axes.append(("point", "device", _values(device)))
     axes.append(("point", "model", _values(model)))
-    tiers = [tuple(_values(t)) for t in _values(add_tier)] if add_tier != ((),) else [()]
+    tiers = ([tuple(str(x) for x in _values(t)) for t in _values(add_tier)]
+             if add_tier != ((),) else [()])
     axes.append(("point", "add_tier", tiers))
-    for path, values in (set or {}).items():
+    for path, values in set.items():
         axes.append(("set", path, _values(values)))
     for name, values in workload.items():
         axes.append(("workload", name, _values(values)))
-    for name, values in (speculative or {}).items():
+    for name, values in speculative.items():
         # a per-position acceptance list is one value, not an axis
         swept = (_values(values) if name != "acceptance" or not isinstance(values, list)
                  or all(isinstance(v, list) for v in values) else [values])
@@ -147,22 +166,37 @@ def load_study(path: str | Path) -> Study:
                           "[[point]]", file=file, field=unknown[0])
     points: list[Point] = []
     try:
+        name = data.get("name", Path(path).stem)
+        if not isinstance(name, str) or not name.strip():
+            raise ConfigError(f"expected a non-empty study name, got {name!r}", field="name")
+        tables = []
         if "grid" in data:
-            table = dict(data["grid"])
-            for required in ("device", "model"):
-                if required not in table:
-                    raise ConfigError("a grid needs device and model", field=f"grid.{required}")
-            points += grid(**table)
-        for entry in data.get("point", []):
-            points += grid(**dict(entry))
+            tables.append(("grid", _table(data["grid"], "grid")))
+        entries = data.get("point", [])
+        if not isinstance(entries, list):
+            raise ConfigError(f"expected [[point]] tables, got {entries!r}", field="point")
+        tables += [(f"point[{i}]", _table(e, f"point[{i}]")) for i, e in enumerate(entries)]
+        for where, table in tables:
+            points += _grid_of(where, table)
     except ConfigError as exc:
         raise ConfigError(exc.reason, file=file, field=exc.field) from None
-    except TypeError as exc:
-        raise ConfigError(f"malformed study: {exc}", file=file, field="grid") from None
     if not points:
         raise ConfigError("the study has no points: give a [grid] or [[point]] tables",
                           file=file, field="grid")
-    return Study(name=str(data.get("name", Path(path).stem)), points=tuple(_unique(points)))
+    return Study(name=name, points=tuple(_unique(points)))
+
+
+def _grid_of(where: str, table: Mapping[str, Any]) -> list[Point]:
+    """The points of a study file's ``[grid]`` or one ``[[point]]``, errors named by field."""
+    for required in ("device", "model"):
+        if required not in table:
+            raise ConfigError(f"a {where.split('[')[0]} needs device and model",
+                              field=f"{where}.{required}")
+    try:
+        return grid(**dict(table))
+    except ConfigError as exc:
+        field = exc.field or ""
+        raise ConfigError(exc.reason, field=where + field.removeprefix("grid")) from None
 
 
 def _unique(points: Iterable[Point]) -> list[Point]:

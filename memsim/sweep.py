@@ -2,32 +2,38 @@
 
 Points are cut into chunks of points that share a model and device (a worker keeps what it
 loaded), and the chunks run in parallel; only this process writes the store, one committed row
-per point as its chunk comes back. Invalid points become rows with their error.
+per point as its chunk comes back. A point that fails, in whatever way, becomes a row with its
+error, and the sweep goes on. Workers die with the process that started them, and Ctrl-C stops
+the sweep with every finished row kept (:class:`SweepInterrupted`).
 """
 
 from __future__ import annotations
 
+import ctypes
 import multiprocessing
+import os
+import signal
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
-from functools import lru_cache
 from pathlib import Path
 from typing import Any, TextIO
 
-from memsim.cli import build_device
 from memsim.emulate import run_system
 from memsim.errors import ConfigError
-from memsim.model import model as catalog_model
+from memsim.inputs import decode_from, device_from, model_from, request_of
 from memsim.plan import is_timing_path, plan_system, retarget
 from memsim.speculative import speculative
 from memsim.store import Store, write_rows
 from memsim.study import Point, Study, grid
-from memsim.workload import Decode
 
 CHUNK_POINTS = 8
+PR_SET_PDEATHSIG = 1            # prctl(2) option: a signal for the child when its parent dies
+PARENT_POLL_S = 1.0
+DASK_CONNECT_TIMEOUT = "10s"
 
 
 @dataclass(frozen=True)
@@ -41,6 +47,7 @@ class SweepResult:
     skipped: int           # already in the store
     errors: int            # rows of this run with an error
     seconds: float
+    first_error: str | None = None   # the first of them, to say what went wrong
 
     @property
     def points_per_s(self) -> float:
@@ -48,14 +55,19 @@ class SweepResult:
         return self.computed / self.seconds if self.seconds else 0.0
 
 
-@lru_cache(maxsize=64)
-def _device(name: str, overrides: tuple[tuple[str, str], ...], add_tiers: tuple[str, ...]):
-    return build_device(name, [f"{k}={v}" for k, v in overrides], list(add_tiers))
+class SweepInterrupted(KeyboardInterrupt):
+    """Ctrl-C during a sweep: the rows written so far are kept; a rerun computes the rest."""
+
+    def __init__(self, store: str, written: int) -> None:
+        super().__init__(f"{written} rows kept in {store}")
+        self.store = store
+        self.written = written
 
 
-@lru_cache(maxsize=32)
-def _model(name: str):
-    return catalog_model(name)
+def point_device(point: Point) -> Any:
+    """The device a stored point describes, built as every what-if is (:mod:`memsim.inputs`)."""
+    return device_from(request_of(point.device, sets=point.overrides, add_tiers=point.add_tiers,
+                                  workload=dict(point.workload)))
 
 
 def figures_of(report: Any) -> dict[str, Any]:
@@ -86,7 +98,7 @@ def _plan(point: Point, dev: Any, mod: Any) -> Any:
     cached = _PLANS.get(shape)
     if cached is not None:
         return retarget(cached, dev)
-    system = plan_system(dev, mod, Decode(**dict(point.workload)))
+    system = plan_system(dev, mod, decode_from(dict(point.workload)))
     if len(_PLANS) >= PLAN_CACHE:
         _PLANS.pop(next(iter(_PLANS)))
     _PLANS[shape] = system
@@ -97,15 +109,15 @@ def evaluate(point: Point) -> tuple[str, dict[str, Any], dict[str, Any] | None, 
     """Run one point: ``(key, inputs, figures, error, seconds)``; a bad point's error is kept."""
     start = time.perf_counter()
     try:
-        dev = _device(point.device, point.overrides, point.add_tiers)
-        mod = _model(point.model)
+        dev = point_device(point)
+        mod = model_from(point.model)
         if point.speculative:
             spec = dict(point.speculative)
             draft = spec.pop("draft", None)
             gamma = spec.pop("gamma", 4)
             acceptance = spec.pop("acceptance", 0.8)
             tree = spec.pop("tree", None)
-            report = speculative(dev, mod, _model(draft) if draft else None, gamma,
+            report = speculative(dev, mod, model_from(draft) if draft else None, gamma,
                                  list(acceptance) if isinstance(acceptance, tuple) else acceptance,
                                  tree=list(tree) if tree else None, **spec,
                                  **dict(point.workload))
@@ -114,9 +126,7 @@ def evaluate(point: Point) -> tuple[str, dict[str, Any], dict[str, Any] | None, 
         else:
             figures = figures_of(run_system(_plan(point, dev, mod)))
         error = None
-    except ConfigError as exc:
-        figures, error = None, f"{type(exc).__name__}: {exc}"
-    except (TypeError, ValueError) as exc:
+    except Exception as exc:    # noqa: BLE001 - any failure is this point's row, not the study's
         figures, error = None, f"{type(exc).__name__}: {exc}"
     return point.key, point.inputs(), figures, error, time.perf_counter() - start
 
@@ -163,7 +173,8 @@ def sweep(study: Study | Sequence[Point] | Mapping[str, Any],
     ``study`` is a Study, a list of points, or the keywords of :func:`memsim.study.grid`
     (``{"device": [...], "model": "llama-3-70b", "batch": [1, 8]}``). ``jobs`` local worker
     processes (1: in this process); ``scheduler`` ``"local"`` starts a Dask LocalCluster of
-    ``jobs`` workers, ``"tcp://HOST:PORT"`` uses a running Dask scheduler.
+    ``jobs`` workers, ``"tcp://HOST:PORT"`` uses a running Dask scheduler. A point's failure is
+    its row's error; Ctrl-C raises :class:`SweepInterrupted` with the finished rows kept.
     """
     if isinstance(study, Mapping):
         study = list(grid(**study))
@@ -178,35 +189,75 @@ def sweep(study: Study | Sequence[Point] | Mapping[str, Any],
         held = results.keys()
         todo = [p for p in points if p.key not in held]
         bar = Progress(len(todo), sys.stderr if progress else None)
-        errors = 0
+        errors: list[str] = []
+        written = 0
 
         def record(rows: list[tuple]) -> None:
-            nonlocal errors
-            write_rows(results, study_name, rows)
-            errors += sum(1 for row in rows if row[3] is not None)
+            nonlocal written
+            written += write_rows(results, study_name, rows)
+            errors.extend(row[3] for row in rows if row[3] is not None)
             bar.advance(len(rows))
 
         work = chunks(todo)
-        if scheduler is not None:
-            _run_dask(work, scheduler, jobs, record)
-        elif jobs == 1:
-            for chunk in work:
-                record(evaluate_chunk(chunk))
-        else:
-            _run_local(work, jobs, record)
+        try:
+            if scheduler is not None:
+                _run_dask(work, scheduler, jobs, record)
+            elif jobs == 1:
+                for chunk in work:
+                    record(evaluate_chunk(chunk))
+            else:
+                _run_local(work, jobs, record)
+        except KeyboardInterrupt:
+            if bar.stream is not None:
+                bar.stream.write("\n")         # end the progress line
+            raise SweepInterrupted(str(store), written) from None
     return SweepResult(store=str(store), study=study_name, points=len(points),
-                       computed=len(todo), skipped=len(points) - len(todo), errors=errors,
-                       seconds=time.perf_counter() - start)
+                       computed=len(todo), skipped=len(points) - len(todo), errors=len(errors),
+                       seconds=time.perf_counter() - start,
+                       first_error=errors[0] if errors else None)
+
+
+def _die_with_parent(parent: int) -> None:
+    """A worker's start: ignore Ctrl-C (the parent decides) and end when the parent ends.
+
+    On Linux the kernel sends SIGKILL when the parent dies (``prctl(PR_SET_PDEATHSIG)``);
+    elsewhere a daemon thread watches the parent's pid.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if sys.platform.startswith("linux"):
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        except (OSError, AttributeError):
+            pass
+    if os.getppid() != parent:          # the parent died before the signal was asked for
+        os._exit(1)
+    threading.Thread(target=_watch_parent, args=(parent,), daemon=True).start()
+
+
+def _watch_parent(parent: int) -> None:
+    while os.getppid() == parent:
+        time.sleep(PARENT_POLL_S)
+    os._exit(1)
 
 
 def _run_local(work: list[list[Point]], jobs: int,
                record: Callable[[list[tuple]], None]) -> None:
     method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
-    with ProcessPoolExecutor(max_workers=jobs,
-                             mp_context=multiprocessing.get_context(method)) as pool:
+    before = set(multiprocessing.active_children())
+    pool = ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context(method),
+                               initializer=_die_with_parent, initargs=(os.getpid(),))
+    try:
         futures = [pool.submit(evaluate_chunk, chunk) for chunk in work]
         for future in as_completed(futures):
             record(future.result())
+    except BaseException:
+        workers = set(multiprocessing.active_children()) - before
+        pool.shutdown(wait=False, cancel_futures=True)
+        for worker in workers:
+            worker.kill()
+        raise
+    pool.shutdown()
 
 
 def _run_dask(work: list[list[Point]], scheduler: str, jobs: int,
@@ -216,16 +267,23 @@ def _run_dask(work: list[list[Point]], scheduler: str, jobs: int,
     except ImportError:
         raise ConfigError("a Dask scheduler needs dask: pip install 'memsim[dask]'",
                           field="--scheduler") from None
-    cluster = None
-    if scheduler == "local":
-        cluster = LocalCluster(n_workers=jobs, threads_per_worker=1, processes=True,
-                               dashboard_address=None)
-        client = Client(cluster)
-    elif scheduler.startswith("tcp://"):
-        client = Client(scheduler)
-    else:
+    if scheduler != "local" and not scheduler.startswith("tcp://"):
         raise ConfigError(f"expected 'local' or tcp://HOST:PORT, got {scheduler!r}",
                           field="--scheduler")
+    cluster = None
+    try:
+        if scheduler == "local":
+            cluster = LocalCluster(n_workers=jobs, threads_per_worker=1, processes=True,
+                                   dashboard_address=None)
+            client = Client(cluster)
+        else:
+            client = Client(scheduler, timeout=DASK_CONNECT_TIMEOUT)
+    except (OSError, TimeoutError) as exc:
+        if cluster is not None:
+            cluster.close()
+        raise ConfigError(f"cannot reach the Dask scheduler ({type(exc).__name__}: "
+                          f"{str(exc).splitlines()[0] if str(exc) else 'no answer'}); is it "
+                          "running?", field="--scheduler") from None
     try:
         futures = client.map(evaluate_chunk, work, pure=False)
         for future in dask_completed(futures):

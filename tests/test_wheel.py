@@ -23,6 +23,7 @@ IGNORE = shutil.ignore_patterns(".git", "build", "dist", "*.egg-info", "__pycach
 
 
 def _env(tmp: Path) -> dict[str, str]:
+    """The test process's environment without Python path settings of its own."""
     env = {k: v for k, v in os.environ.items()
            if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "PYTHONSTARTUP")}
     env["NUMBA_CACHE_DIR"] = str(tmp / "nbcache")
@@ -47,22 +48,17 @@ def venv(tmp_path_factory) -> dict:
     wheels = list(dist.glob("memsim-*.whl"))
     assert len(wheels) == 1, wheels
 
-    venv_dir = tmp / "venv"
-    made = _run([sys.executable, "-m", "venv", "--system-site-packages", venv_dir],
-                cwd=tmp, env=env)
-    assert made.returncode == 0, made.stderr
-    bin_dir = venv_dir / ("Scripts" if os.name == "nt" else "bin")
-    python = bin_dir / "python"
-    # --ignore-installed: the editable memsim of the outer environment is visible through
-    # --system-site-packages; install the wheel into the venv regardless of it.
-    inst = _run([python, "-m", "pip", "install", "--no-deps", "--no-build-isolation",
-                 "--ignore-installed", wheels[0]], cwd=tmp, env=env)
+    # Install into a folder for the interpreter running the tests (a venv's own, when run from
+    # one): a nested venv would be built on the base interpreter, which lacks the venv's numpy
+    # and numba. The folder goes first on PYTHONPATH, ahead of any editable memsim.
+    site = tmp / "site"
+    inst = _run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-build-isolation",
+                 "--target", site, wheels[0]], cwd=tmp, env=env)
     assert inst.returncode == 0, inst.stdout[-3000:] + inst.stderr[-3000:]
-    site = _run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                cwd=tmp, env=env)
+    env["PYTHONPATH"] = str(site)
     outside = tmp / "elsewhere"
     outside.mkdir()
-    return {"python": python, "bin": bin_dir, "site": Path(site.stdout.strip()).resolve(),
+    return {"python": Path(sys.executable), "bin": site / "bin", "site": site.resolve(),
             "cwd": outside, "env": env}
 
 

@@ -1,0 +1,247 @@
+"""Text for people: tables, CSV and prose built from memsim's result values (no computing)."""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections.abc import Sequence
+from typing import Any
+
+from memsim.device import Device
+from memsim.units import format_quantity
+
+COMPARE_WIDTH = 120
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """Left-aligned text columns under a dashed rule."""
+    cells = [list(map(str, headers))] + [[str(c) for c in row] for row in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in cells]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def csv_text(rows: Sequence[dict[str, Any]]) -> str:
+    """Dicts as CSV text, the first row's keys as the header."""
+    out = io.StringIO()
+    if rows:
+        writer = csv.DictWriter(out, fieldnames=list(rows[0]), lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(rows)
+    return out.getvalue()
+
+
+def _binary(dev: Device, tier: int) -> bool:
+    """Whether the device file gives a tier's capacity in binary units (``MiB``)."""
+    raw = dev.data.get("tiers", [{}])[tier].get("capacity", "")
+    return isinstance(raw, str) and "iB" in raw
+
+
+def capacity_text(dev: Device, tier: int) -> str:
+    """A tier's capacity in the units its device file uses (binary or decimal)."""
+    t = dev.tiers[tier]
+    return format_quantity(t.capacity, "capacity", binary=_binary(dev, tier))
+
+
+def device_summary(dev: Device) -> dict[str, Any]:
+    """The catalog's figures of one device, plain data."""
+    low_name, low_peak = dev.lowest_precision
+    main = dev.main_memory
+    return {
+        "name": dev.name, "vendor": dev.vendor, "display_name": dev.display_name,
+        "on_chip_bytes": dev.tiers[0].capacity, "main_memory": main.name,
+        "main_memory_bytes": main.capacity, "main_memory_bandwidth": main.bandwidth,
+        "bf16_peak": dev.matrix_peak, "lowest_precision": low_name,
+        "lowest_precision_peak": low_peak, "ridge_flop_per_byte": dev.ridge_point,
+        "layout": dev.layout.policy,
+    }
+
+
+def devices_table(devices: Sequence[Device]) -> str:
+    """The device catalog, one row per device; capacities in the units of each file."""
+    rows = []
+    for dev in devices:
+        s = device_summary(dev)
+        main = dev.tier_index(dev.main_memory.name)
+        rows.append((s["name"], s["vendor"], capacity_text(dev, 0),
+                     f"{capacity_text(dev, main)} {s['main_memory']}",
+                     format_quantity(s["main_memory_bandwidth"], "bandwidth"),
+                     format_quantity(s["bf16_peak"], "compute_rate"),
+                     f"{format_quantity(s['lowest_precision_peak'], 'compute_rate')} "
+                     f"{s['lowest_precision']}",
+                     f"{s['ridge_flop_per_byte']:.0f}", s["layout"]))
+    return table(("device", "vendor", "on-chip SRAM", "main memory", "bandwidth", "BF16 peak",
+                  "lowest-precision peak", "ridge FLOP/B", "layout"), rows)
+
+
+def models_table(data: Sequence[dict[str, Any]]) -> str:
+    """The model catalog from its plain data."""
+    rows = [(d["name"], d["layers"], d["hidden"], f"{d['heads']}/{d['kv_heads']}", d["ffn"],
+             d["vocab"], f"{d['experts']}/{d['experts_per_token']}" if d["experts"] > 1 else "-",
+             f"{d['params'] / 1e9:.2f} B", f"{d['active_params'] / 1e9:.2f} B",
+             format_quantity(d["kv_bytes_per_token_bf16"], "capacity", binary=True))
+            for d in data]
+    return table(("model", "layers", "hidden", "heads/kv", "ffn", "vocab", "experts/top-k",
+                  "params", "active", "KV/token bf16"), rows)
+
+
+def show_text(dev: Device) -> str:
+    """One device, every figure and its source."""
+    s = device_summary(dev)
+    lines = [f"{dev.display_name} ({dev.name}), {dev.vendor}; layout {dev.layout.policy}",
+             f"  clock {format_quantity(dev.clock_hz, 'frequency')}, {dev.cores} "
+             f"{dev.core_name}s with {format_quantity(dev.core_memory, 'capacity', binary=True)} "
+             f"each; op launch {format_quantity(dev.op_launch_s, 'time')}",
+             "  compute  " + ", ".join(f"{c} {format_quantity(v, 'compute_rate')}"
+                                       for c, v in dev.compute)
+             + f"; vector {format_quantity(dev.vector_ops_per_s, 'compute_rate')}",
+             f"  ridge    {s['ridge_flop_per_byte']:.0f} FLOP per byte of {dev.main_memory.name}"]
+    rows = [(t.name, t.kind, capacity_text(dev, i), format_quantity(t.bandwidth, "bandwidth"),
+             format_quantity(t.sustained_bandwidth, "bandwidth"),
+             format_quantity(t.latency_s, "time"),
+             format_quantity(t.energy_j_per_byte / 8, "energy_per_bit"),
+             format_quantity(t.granularity, "capacity")) for i, t in enumerate(dev.tiers)]
+    lines.append(table(("tier", "kind", "capacity", "peak", "sustained", "latency", "energy",
+                        "granularity"), rows))
+    layout = dev.layout
+    lines.append(f"  homes    weights {layout.weights}, kv {layout.kv}, activations "
+                 f"{layout.activations}" + (f", spill {layout.spill}" if layout.spill else ""))
+    if dev.link:
+        lines.append(f"  link     {format_quantity(dev.link.bandwidth, 'bandwidth')} per "
+                     f"direction, {format_quantity(dev.link.latency_s, 'time')}, "
+                     f"{dev.link.topology}, up to {dev.link.max_chips} chips")
+    lines.append("  sources")
+    lines += [f"    {key}: {text}" for key, text in dev.sources]
+    return "\n".join(lines)
+
+
+def formats_table(data: Sequence[dict[str, Any]]) -> str:
+    """Storage formats and their exact bits per weight."""
+    return (table(("format", "bits/weight", "compute", "storage"),
+                  [(d["name"], f"{d['bits_per_element_k4096']:.4f}", d["compute"],
+                    d["description"]) for d in data])
+            + "\n\nbits/weight includes group metadata for rows of 4,096 inputs; "
+              "int4-gN works for any group size N >= 8.")
+
+
+def run_csv(report: Any) -> str:
+    """The op rows of a run as CSV, after ``# name,value`` lines of the summary figures
+    (``pandas.read_csv(..., comment="#")`` skips them)."""
+    summary = {
+        "device": report.device, "model": report.model, "chips": report.chips,
+        "policy": report.policy, "time_per_token_s": repr(report.time_per_token),
+        "tokens_per_s": repr(report.tokens_per_s),
+        "tokens_per_s_total": repr(report.tokens_per_s_total),
+        "cycles": repr(report.cycles), "energy_per_token_j": repr(report.energy_per_token),
+        "arithmetic_intensity": repr(report.arithmetic_intensity),
+        "bottleneck": report.bottleneck, "weight_bytes_read": report.weight_bytes_read,
+        "weights_held": report.weights_held, "link_bytes": report.link_bytes,
+        "flops": report.flops,
+    }
+    head = "".join(f"# {key},{value}\n" for key, value in summary.items())
+    return head + report.to_csv()
+
+
+def spill_cost_text(cost: Any) -> str:
+    """The slowdown of a run against its device with main memory holding everything."""
+    return (f"\nagainst the same device with {cost.main_tier} holding everything "
+            f"({format_quantity(cost.baseline_capacity, 'capacity')}, a hypothetical): "
+            f"{cost.slowdown:.2f}x the time per token "
+            f"({format_quantity(cost.time_per_token_s, 'time')} vs "
+            f"{format_quantity(cost.baseline_time_per_token_s, 'time')})")
+
+
+def plan_data(dev: Device, mod: Any, system: Any, table_rows: Sequence[Any],
+              refusal: str | None) -> dict[str, Any]:
+    """What ``memsim plan`` reports, as plain data."""
+    stages = [{"stage": p.stage, "layers": [p.layers[0], p.layers[-1]] if p.layers else [],
+               "weights": p.bytes_by_tier("weight"), "kv": p.bytes_by_tier("kv"),
+               "pinned_bytes": sum(t.bytes for t in p.tensors if t.pinned),
+               "spilled": list(p.spilled),
+               "tensors": [{"name": t.name, "tiers": {p.tier_names[i]: b for i, b in t.tier_bytes},
+                            "pinned": t.pinned} for t in p.tensors if not t.aliased]}
+              for p in system.stages]
+    return {"device": dev.name, "model": mod.name, "one_chip_refusal": refusal,
+            "policy": system.policy, "tp": system.workload.tp, "pp": len(system.stages),
+            "chips": system.chips, "microbatches": system.workload.microbatches,
+            "capacity": [c.to_dict() for c in table_rows], "stages": stages}
+
+
+def plan_text(dev: Device, data: dict[str, Any], table_rows: Sequence[Any], *,
+              all_stages: bool = False) -> str:
+    """``memsim plan``'s placement table and the fewest chips per policy."""
+    lines = []
+    if data["one_chip_refusal"]:
+        lines.append(f"as given it does not fit: {data['one_chip_refusal']}\n"
+                     "the smallest system that holds it:")
+    lines.append(f"{data['model']} on {data['device']}: policy {data['policy']}, "
+                 f"{data['chips']} chip(s) = tp {data['tp']} x pp {data['pp']}, "
+                 f"{data['microbatches']} microbatch(es); bytes each chip of a stage holds:")
+    rows = []
+    for st in data["stages"]:
+        span = f"{st['layers'][0]}-{st['layers'][1]}" if st["layers"] else "-"
+        rows.append([st["stage"], span]
+                    + [format_quantity(st["weights"][t], "capacity") for t in dev.tier_names]
+                    + [format_quantity(st["kv"][t], "capacity") for t in dev.tier_names]
+                    + [format_quantity(st["pinned_bytes"], "capacity")])
+    if len(rows) > 12 and not all_stages:
+        rows = rows[:5] + [["..."] * len(rows[0])] + rows[-5:]
+    lines.append(table(["stage", "layers"] + [f"weights {t}" for t in dev.tier_names]
+                       + [f"kv {t}" for t in dev.tier_names] + ["pinned on chip"], rows))
+    lines += [f"  spilled (stage {st['stage']}): {note}"
+              for st in data["stages"] for note in st["spilled"]]
+    lines.append("\nfewest chips under each policy this device supports:")
+    lines.append(table(("policy", "chips", "tp", "pp", "fits", "short by"),
+                       [(c.policy, c.chips if c.fits else "-", c.tp if c.fits else "-",
+                         c.pp if c.fits else "-", "yes" if c.fits else c.reason,
+                         format_quantity(c.shortfall_bytes, "capacity") if not c.fits else "")
+                        for c in table_rows]))
+    return "\n".join(lines)
+
+
+def _num(value: float | None, fmt: str) -> str:
+    return "-" if value is None else format(value, fmt)
+
+
+def compare_text(rows: Sequence[Any], heading: str) -> str:
+    """The comparison table in at most 120 columns: one unit per column, notes below."""
+    notes: list[str] = []
+
+    def note(text: str) -> str:
+        if not text:
+            return ""
+        notes.append(text)
+        return f"[{len(notes)}]"
+
+    body = []
+    for r in rows:
+        if not r.fits:
+            body.append([r.device, "-", r.policy, "-", "-", "-", "-", "-", "-", "-",
+                         note(f"{r.device}: short by "
+                              f"{format_quantity(r.shortfall_bytes, 'capacity')}: {r.note}")])
+            continue
+        body.append([r.device, f"{r.chips}={r.tp}x{r.pp}", r.policy,
+                     _num(r.time_per_token_s * 1e3, ".2f"), _num(r.tokens_per_s, ".1f"),
+                     _num(r.tokens_per_s_total, ".1f"),
+                     _num(r.energy_per_token_j * 1e3, ".2f"),
+                     _num(r.usd_per_million_tokens, ".2f"), r.bottleneck,
+                     _num(r.off_chip_weight_bytes / 1e9 if r.off_chip_weight_bytes is not None
+                          else None, ".2f"),
+                     note(f"{r.device}: {r.note}" if r.note else "")])
+    text = table(("device", "chips", "policy", "ms/tok", "tok/s/seq", "tok/s", "mJ/tok",
+                  "$/Mtok", "bound", "wGB/step", "note"), body)
+    lines = [_wrap(heading), text, "", _wrap(
+        "chips: tp x pp; tok/s: the whole batch; wGB/step: weight bytes read off chip per warm "
+        "step, all chips; $/Mtok: the device file's price per chip-hour (or --price) x chips "
+        "over the aggregate tokens/s, '-' where no price is public.")]
+    lines += [_wrap(f"[{i}] {n}") for i, n in enumerate(notes, 1)]
+    return "\n".join(lines)
+
+
+def _wrap(line: str, width: int = COMPARE_WIDTH) -> str:
+    """A note line wrapped to ``width`` columns (table lines are narrower already)."""
+    if len(line) <= width:
+        return line
+    import textwrap
+    return "\n".join(textwrap.wrap(line, width, subsequent_indent="    "))

@@ -1,0 +1,92 @@
+"""memsim.inputs: one way to build a what-if, the same from the CLI, studies and Python."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+import memsim
+from memsim.errors import ConfigError
+from memsim.inputs import (DeviceRequest, decode_from, device_from, model_from, request_of,
+                           typed_value)
+
+
+@pytest.mark.parametrize("path, value, read", [
+    ("cores", "64", lambda d: d.cores),
+    ("cores", 64, lambda d: d.cores),
+    ("link.max_chips", "4", lambda d: d.link.max_chips),
+    ("tile.k", "64", lambda d: d.tile_k),
+    ("matrix_unit.m", "32", lambda d: d.matrix_unit[0]),
+])
+def test_integer_fields_take_text_and_numbers(path, value, read):
+    dev = device_from(DeviceRequest("h100-sxm", sets=((path, value),)))
+    assert read(dev) == int(value)
+
+
+@pytest.mark.parametrize("value", ["6.5", "sixty", True])
+def test_an_integer_field_refuses_what_is_not_one(value):
+    with pytest.raises(ConfigError, match="expected an integer") as info:
+        device_from("h100-sxm", sets=(("cores", value),))
+    assert info.value.field == "cores"
+
+
+def test_quantities_are_passed_on_as_text():
+    assert typed_value("tiers.hbm.bandwidth", "5 TB/s", "3.35 TB/s") == "5 TB/s"
+    assert typed_value("core_memory", "100 KiB", "228 KiB") == "100 KiB"
+    assert device_from("h100-sxm", sets=("core_memory=100 KiB",)).core_memory == 100 * 1024
+
+
+def test_a_price_is_the_cost_what_if():
+    a = device_from("mtia-v2", usd_per_chip_hour=3.5)
+    b = device_from("mtia-v2", sets=("cost.usd_per_chip_hour=3.5",))
+    assert a.usd_per_chip_hour == b.usd_per_chip_hour == 3.5
+
+
+def test_policy_flag_and_layout_set_are_one_rule():
+    by_flag = device_from(DeviceRequest("h100-sxm", policy="hybrid"))
+    by_set = device_from(DeviceRequest("h100-sxm", sets=(("layout.policy", "hybrid"),)))
+    assert by_flag.layout == by_set.layout and by_flag.layout.policy == "hybrid"
+    assert device_from(DeviceRequest("h100-sxm", policy="auto")).layout.policy == "hbm-centric"
+    with pytest.raises(ConfigError, match="disagree"):
+        device_from(DeviceRequest("h100-sxm", sets=(("layout.policy", "hybrid"),),
+                                  policy="tiered"))
+    with pytest.raises(ConfigError) as info:          # refused the same way by both routes
+        device_from(DeviceRequest("h100-sxm", policy="tiered"))
+    with pytest.raises(ConfigError) as again:
+        device_from(DeviceRequest("h100-sxm", sets=(("layout.policy", "tiered"),)))
+    assert info.value.field == again.value.field == "layout.policy"
+
+
+def test_requests_are_hashable_plain_data():
+    a = DeviceRequest("h100-sxm", sets={"tiers.hbm.bandwidth": "5 TB/s"}, add_tiers="cxl-gen5-x16")
+    b = DeviceRequest("h100-sxm", sets=("tiers.hbm.bandwidth=5 TB/s",),
+                      add_tiers=("cxl-gen5-x16",))
+    assert a == b and hash(a) == hash(b) and a.add_tiers == ("cxl-gen5-x16",)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        a.device = "mi300x"
+    assert device_from(a) is device_from(b)                # built once
+
+
+@pytest.mark.parametrize("sets, field", [
+    (("nonsense.key=banana",), "nonsense.key"), (("novalue",), "--set"), (("k=",), "--set")])
+def test_bad_sets_are_config_errors(sets, field):
+    with pytest.raises(ConfigError) as info:
+        device_from("h100-sxm", sets=sets)
+    assert field in str(info.value)
+
+
+def test_decode_from_takes_placement_in_every_form_and_names_unknown_fields():
+    want = (("kv", "hbm"),)
+    for placement in ({"kv": "hbm"}, [("kv", "hbm")], ["kv=hbm"], (("kv", "hbm"),),
+                      [["kv", "hbm"]]):                # the last: as a store's JSON keeps it
+        assert decode_from({"placement": placement}).placement == want
+    with pytest.raises(ConfigError) as info:
+        decode_from({"bacth": 4})
+    assert info.value.field == "bacth"
+    assert decode_from(memsim.Decode(batch=2), context=8).context == 8
+
+
+def test_request_of_takes_the_workload_policy():
+    assert request_of("h100-sxm", workload={"policy": "hybrid"}).policy == "hybrid"
+    assert model_from("llama-3.2-1b") is model_from("llama-3.2-1b")
