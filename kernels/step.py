@@ -493,23 +493,30 @@ def _append_run(tensor, lo, hi, bits, a):
 
 
 @jit_inline
-def _column_segment(nt, part, k, n, tk, tn, k_tiles, elem_bits, group, meta_bits, padded,
-                    tensor_meta_bits):
+def _segment_row_bits(k, tk, elem_bits, group, meta_bits, padded):
+    """Bits per output column (one of a tile's ``nn``) of the three tile kinds of
+    :func:`_column_segment`: first tile, other full-K tiles, ragged last tile. Tile bits are
+    linear in ``nn``, so these are computed once per op."""
+    full = k // tk
+    return (_tile_bits(0, min(tk, k), 1, elem_bits, group, meta_bits, padded),
+            _tile_bits(tk, tk, 1, elem_bits, group, meta_bits, padded),
+            _tile_bits(full * tk, k - full * tk, 1, elem_bits, group, meta_bits, padded))
+
+
+@jit_inline
+def _column_segment(nt, part, k, n, tk, tn, k_tiles, row_bits, tensor_meta_bits):
     """Tiles of weight column ``nt`` that share a size, ``(lo, hi, bits)``: part 0 its first
     tile (which may carry the tensor's scale or, per channel, the row's), part 1 the other
-    full-K tiles, part 2 a ragged last one. Valid when groups align with tiles or span a row."""
+    full-K tiles, part 2 a ragged last one. Valid when groups align with tiles or span a row.
+    ``row_bits`` is :func:`_segment_row_bits`."""
     nn = min(tn, n - nt * tn)
     base = nt * k_tiles
     full = k // tk
     if part == 0:
-        bits = _tile_bits(0, min(tk, k), nn, elem_bits, group, meta_bits, padded)
-        return base, base + 1, bits + (tensor_meta_bits if nt == 0 else 0)
+        return base, base + 1, row_bits[0] * nn + (tensor_meta_bits if nt == 0 else 0)
     if part == 1:
-        return base + 1, max(base + 1, base + full), _tile_bits(tk, tk, nn, elem_bits, group,
-                                                              meta_bits, padded)
-    lo = max(base + 1, base + full)
-    return lo, base + k_tiles, _tile_bits(full * tk, k - full * tk, nn, elem_bits, group,
-                                          meta_bits, padded)
+        return base + 1, max(base + 1, base + full), row_bits[1] * nn
+    return max(base + 1, base + full), base + k_tiles, row_bits[2] * nn
 
 
 @jit_inline
@@ -551,14 +558,15 @@ def _fill_streamed(tensor, n_tiles, total_bits, k, n, tk, tn, k_tiles, aligned, 
                                                       padded, tensor_meta_bits), a)
         return
     n_cols = (n + tn - 1) // tn
+    row_bits = _segment_row_bits(k, tk, elem_bits, group, meta_bits, padded)
     if total_bits > cap:
         kept = 0
         start = n_tiles
         done = False
         for nt in range(n_cols - 1, -1, -1):
             for part in range(2, -1, -1):
-                lo, hi, bits = _column_segment(nt, part, k, n, tk, tn, k_tiles, elem_bits,
-                                               group, meta_bits, padded, tensor_meta_bits)
+                lo, hi, bits = _column_segment(nt, part, k, n, tk, tn, k_tiles, row_bits,
+                                               tensor_meta_bits)
                 if lo >= hi:
                     continue
                 kept, start, done = _keep_tail(lo, hi, bits, kept, cap)
@@ -568,8 +576,8 @@ def _fill_streamed(tensor, n_tiles, total_bits, k, n, tk, tn, k_tiles, aligned, 
                 break
     for nt in range(start // k_tiles, n_cols):
         for part in range(3):
-            lo, hi, bits = _column_segment(nt, part, k, n, tk, tn, k_tiles, elem_bits, group,
-                                           meta_bits, padded, tensor_meta_bits)
+            lo, hi, bits = _column_segment(nt, part, k, n, tk, tn, k_tiles, row_bits,
+                                           tensor_meta_bits)
             lo = max(lo, start)
             if lo < hi:
                 _append_run(tensor, lo, hi, bits, a)
@@ -652,6 +660,14 @@ def _matmul(op, m, op_int, op_float, n_cores, vector_rate, tier_bandwidth, tier_
     full_bits = _tile_bits(0, tk, tn, elem_bits, group, meta_bits, padded)
 
     tensor_meta_bits = op_int[op, C_TENSOR_META_BITS]
+    # A unit's k range, and so its bits per output column, depends only on its split index.
+    unit_k = np.empty(split, dtype=np.int64)
+    unit_row_bits = np.empty(split, dtype=np.int64)
+    for s in range(split):
+        kt0 = s * k_tiles_per_unit
+        unit_k[s] = min(k, min(k_tiles, kt0 + k_tiles_per_unit) * tk) - kt0 * tk
+        unit_row_bits[s] = _tile_bits(kt0 * tk, unit_k[s], 1, elem_bits, group, meta_bits,
+                                      padded)
     # A tensor the LRU holds none of, with every tile smaller than the LRU, misses every tile:
     # count them without the LRU and set its state once at the end (same state, same counts).
     streamed = (pinned == 0 and home_lo != 0 and home_hi != 0 and m_tiles == 1
@@ -680,8 +696,8 @@ def _matmul(op, m, op_int, op_float, n_cores, vector_rate, tier_bandwidth, tier_
             if streamed:
                 # every tile misses; tile bits add up over a k range (a group is billed to the
                 # tile it starts in), so the unit's tiles cost one call
-                covered = min(k, kt1 * tk) - kt0 * tk
-                bits = _tile_bits(kt0 * tk, covered, nn, elem_bits, group, meta_bits, padded)
+                covered = unit_k[u % split]
+                bits = unit_row_bits[u % split] * nn
                 if kt0 == 0 and nt == 0:
                     bits += tensor_meta_bits
                 misses += kt1 - kt0
