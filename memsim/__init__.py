@@ -27,14 +27,21 @@ _HOMES = {
     "Model": "memsim.model", "load_model": "memsim.model", "model": "memsim.model",
     "model_names": "memsim.model",
     "capacity_table": "memsim.capacity", "fewest_chips": "memsim.capacity",
+    "BatchCapacity": "memsim.capacity", "max_batch": "memsim.capacity",
+    "max_batch_table": "memsim.capacity",
+    "WeightFormats": "memsim.checkpoints", "weight_formats": "memsim.checkpoints",
+    "usual_activations": "memsim.checkpoints",
+    "Runtime": "memsim.runtime", "runtime_names": "memsim.runtime",
+    "load_runtime": "memsim.runtime", "collective_time": "memsim.runtime",
     "compare": "memsim.compare", "spill_cost": "memsim.compare",
     "Plan": "memsim.plan", "SystemPlan": "memsim.plan", "make_plan": "memsim.plan",
     "plan_system": "memsim.plan",
     "OpRow": "memsim.report", "Report": "memsim.report", "StepSummary": "memsim.report",
     "SpecReport": "memsim.speculative", "speculative": "memsim.speculative",
+    "break_even_batch": "memsim.speculative",
     "sweep": "memsim.sweep",
     "format_quantity": "memsim.units", "parse_quantity": "memsim.units",
-    "Decode": "memsim.workload",
+    "Decode": "memsim.workload", "Prefill": "memsim.workload",
 }
 
 __all__ = sorted(["__version__", *_HOMES])

@@ -7,10 +7,11 @@ from typing import Any
 
 import numpy as np
 
-from memsim.device import Device, device as catalog_device
+from memsim.device import Device
 from memsim.errors import ConfigError
 from memsim.kernels import step as k
-from memsim.model import Model, model as catalog_model
+from memsim.inputs import decode_from, device_from, model_from
+from memsim.model import Model
 from memsim.plan import Plan, SystemPlan, plan_system
 from memsim.routing import Router
 from memsim.runtime import Runtime
@@ -140,9 +141,13 @@ def _concatenate(parts: list[StepCounts]) -> StepCounts:
     )
 
 
-def _resolve(device: Device | str, model: Model | str) -> tuple[Device, Model]:
-    dev = catalog_device(device) if isinstance(device, str) else device
-    mod = catalog_model(model) if isinstance(model, str) else model
+def resolve(device: Device | str, model: Model | str,
+            workload: Decode | None = None) -> tuple[Device, Model]:
+    """The device and model of a call, through the one builder (:mod:`memsim.inputs`): names
+    and files load, and a workload's policy is the device's ``layout.policy`` what-if."""
+    policy = workload.policy if workload is not None else "auto"
+    dev = device_from(device, policy=policy) if isinstance(device, (str, Device)) else device
+    mod = model_from(model) if isinstance(model, (str, Model)) else model
     if not isinstance(dev, Device):
         raise ConfigError(f"expected a Device or a device name, got {type(device).__name__}",
                           field="device")
@@ -163,10 +168,10 @@ def emulate(device: Device | str, model: Model | str, workload: Decode | Prefill
         ``tp=8``, ``placement={"kv": "cxl"}``).
     """
     if workload is None:
-        workload = Decode(**fields)
+        workload = decode_from(fields)
     elif fields:
         raise ConfigError("give either a Decode workload or its fields, not both", field="workload")
-    dev, mod = _resolve(device, model)
+    dev, mod = resolve(device, model, workload)
     if isinstance(workload, Prefill):     # a prefill is one step (memsim.workload.Prefill)
         workload = workload.step()
     return run_system(plan_system(dev, mod, workload))

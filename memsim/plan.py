@@ -747,8 +747,8 @@ def _plan_stage(device: Device, model: Model, workload: Decode, policy: str, sh:
         kernel: two launches for all experts, paid by the router), then the shared experts."""
         route = (layer - model.dense_layers) * workload.microbatches + micro
         local = [s for s in items_experts if s.layer == layer and s.name.startswith("expert_")]
-        router = matmul("router", layer, h, model.experts,
-                        launches=1 + (2 if local and fusion.fused_moe else 0))
+        matmul("router", layer, h, model.experts,
+               launches=1 + (2 if local and fusion.fused_moe else 0))
         if expert_chip >= 0:
             exchange("moe_dispatch", layer, route)
         for spec in local:

@@ -16,33 +16,14 @@ from pathlib import Path
 import numpy as np
 
 from memsim.errors import ConfigError
+from memsim.workload import parse_routing
 from memsim.kernels import sampling as kr
 from memsim.model import Model
 
 
 #: Largest Zipf exponent: at S = 100 the top expert already takes all but 1e-30 of the tokens.
-MAX_ZIPF_EXPONENT = 100.0
 #: Largest routing trace memsim reads: 2**28 expert ids (2 GiB as int64).
 MAX_TRACE_ELEMENTS = 2**28
-
-
-def parse_routing(text: str) -> tuple[str, float]:
-    """``(kind, zipf exponent)`` of a routing spec; a trace is kind ``"trace"``."""
-    if text == "uniform":
-        return "uniform", 0.0
-    if text.startswith("zipf:"):
-        try:
-            exponent = float(text[5:])
-        except ValueError:
-            exponent = -1.0
-        if not (math.isfinite(exponent) and 0 < exponent <= MAX_ZIPF_EXPONENT):
-            raise ConfigError(f"expected zipf:S with 0 < S <= {MAX_ZIPF_EXPONENT:g}, got "
-                              f"{text!r}", field="routing")
-        return "zipf", exponent
-    if text.endswith(".npy"):
-        return "trace", 0.0
-    raise ConfigError(f"expected 'uniform', 'zipf:S' or a .npy trace path, got {text!r}",
-                      field="routing")
 
 
 def probabilities(model: Model, routing: str, seed: int) -> np.ndarray:

@@ -24,11 +24,12 @@ from typing import Any
 import numpy as np
 
 from memsim.device import Device
-from memsim.emulate import Residency, SystemRun, _resolve, emulate, offset_tensors
+from memsim.emulate import Residency, SystemRun, emulate, offset_tensors, resolve
 from memsim.errors import CapacityError, ConfigError
 from memsim.formats import get_format
 from memsim.kernels import sampling as mc
-from memsim.model import Model, model as catalog_model
+from memsim.inputs import decode_from, model_from
+from memsim.model import Model
 from memsim.plan import SystemPlan, kv_row_bits, plan_system
 from memsim.report import StepSummary
 from memsim.units import format_quantity
@@ -311,8 +312,8 @@ def speculative(device: Device | str, target: Model | str, draft: Model | str | 
     if isinstance(gamma, bool) or not isinstance(gamma, int) or gamma < 1:
         raise ConfigError(f"expected an integer gamma >= 1 or 'auto', got {gamma!r}",
                           field="gamma")
-    dev, tgt = _resolve(device, target)
-    plain = Decode(**fields)
+    plain = decode_from(fields)
+    dev, tgt = resolve(device, target, plain)
     if method == "heads":
         branching = tuple(tree) if tree else (1,) * gamma
         if any(isinstance(b, bool) or not isinstance(b, int) or b < 1 for b in branching):
@@ -335,8 +336,8 @@ def speculative(device: Device | str, target: Model | str, draft: Model | str | 
     if method == "draft":
         if draft is None:
             raise ConfigError("the draft method needs a draft model (--draft)", field="draft")
-        draft_model = catalog_model(draft) if isinstance(draft, str) else draft
-        own_device = _resolve(draft_device, draft_model)[0] if draft_device is not None else None
+        draft_model = model_from(draft)
+        own_device = resolve(draft_device, draft_model)[0] if draft_device is not None else None
         draft_workload = Decode(batch=plain.batch, context=plain.context,
                                 weights=draft_weights or plain.weights, kv=plain.kv,
                                 activations=plain.activations, steps=iterations * gamma,

@@ -25,10 +25,11 @@ from typing import Any
 
 from memsim.compare import compare_device
 from memsim.datafile import check_keys, read_toml_file, require_int, require_str
-from memsim.device import Device, device as catalog_device, load_device
+from memsim.device import Device
 from memsim.emulate import emulate
 from memsim.errors import ConfigError
-from memsim.model import Model, load_model, model as catalog_model
+from memsim.inputs import decode_from, device_from, model_from
+from memsim.model import Model
 from memsim.speculative import Acceptance, closed_form_tokens, speculative
 from memsim.units import format_quantity
 from memsim.workload import Decode
@@ -186,13 +187,13 @@ def default_folder() -> Path:
 def resolve_device(name: str, folder: Path) -> Device:
     """A device by name: the validation folder's ``devices/NAME.toml``, else the catalog's."""
     local = folder / "devices" / f"{name}.toml"
-    return load_device(local) if local.exists() else catalog_device(name)
+    return device_from(str(local) if local.exists() else name)
 
 
 def resolve_model(name: str, folder: Path) -> Model:
     """A model by name: the validation folder's ``models/NAME.toml``, else the catalog's."""
     local = folder / "models" / f"{name}.toml"
-    return load_model(local) if local.exists() else catalog_model(name)
+    return model_from(str(local) if local.exists() else name)
 
 
 def _check_row(row: dict[str, Any], i: int, file: str) -> None:
@@ -294,7 +295,7 @@ def predict(row: dict[str, Any], folder: Path) -> Row:
         mod = resolve_model(row["model"], folder)
         if row["metric"] == "speedup":
             return _predict_speedup(row, dev, mod, folder)
-        report = emulate(dev, mod, Decode(**_decode_fields(row)))
+        report = emulate(dev, mod, decode_from(_decode_fields(row)))
     except ConfigError as exc:
         return Row(row, None, None, "", str(exc))
     value = {"tokens_per_s_per_user": report.tokens_per_s,
@@ -323,9 +324,9 @@ def _speed_ratio(row: dict[str, Any], predicted: float) -> float:
 
 def _landscape() -> list[str]:
     """The landscape's Llama 3 70B batch-1 table, recomputed."""
-    model = catalog_model("llama-3-70b")
+    model = model_from("llama-3-70b")
     bf16 = 2 * model.total_params
-    h100 = catalog_device("h100-sxm")
+    h100 = device_from("h100-sxm")
     lines = [
         "## The landscape's figures, checked",
         "",
@@ -348,7 +349,7 @@ def _landscape() -> list[str]:
               ("Cerebras WSE-3", "wse-3", 12, 83, 0.65, None),
               ("AWS Inferentia2", "inferentia2", 30, 33, 0.90, None)]
     for label, name, ms, tps, cost, tp in claims:
-        dev = catalog_device(name)
+        dev = device_from(name)
         if tp:
             report = emulate(dev, model, Decode(batch=1, context=4096, tp=tp))
             chips, seconds, rate, bound = f"{tp} (TP {tp})", report.time_per_token, \

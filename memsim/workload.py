@@ -4,34 +4,53 @@ step) or a prompt's prefill (:class:`Prefill`, lowered to a one-step :class:`Dec
 
 from __future__ import annotations
 
+import math
+import numbers
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
-import numpy as np
-
 from memsim.checkpoints import MIXTURES, usual_activations, weight_formats
 from memsim.errors import ConfigError
 from memsim.formats import get_format
-from memsim.routing import parse_routing
 from memsim.runtime import Runtime, runtime_names
 
 RESIDENCY_POLICIES = ("auto", "lru", "pinned")
 ACTIVATION_FORMATS = ("bf16", "fp16", "fp32", "fp8-e4m3", "fp8-e5m2", "fp8-e4m3-b128", "mxfp8",
                       "nvfp4", "int8")
 INT64_MAX = 2**63 - 1
+MAX_ZIPF_EXPONENT = 100.0
 POLICY_CHOICES = ("auto", "hbm-centric", "sram-resident", "hybrid", "tiered", "weight-streaming")
 
 
 def _positive_int(value: Any, field: str, *, minimum: int = 1,
                   maximum: int = INT64_MAX) -> int:
     """The value as a Python int when it is an integer (numpy's too) in [minimum, maximum]."""
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise ConfigError(f"expected an integer >= {minimum}, got {value!r}", field=field)
     if not minimum <= int(value) <= maximum:
         raise ConfigError(f"expected an integer in [{minimum}, {maximum}], got {value!r}",
                           field=field)
     return int(value)
+
+
+def parse_routing(text: str) -> tuple[str, float]:
+    """``(kind, zipf exponent)`` of a routing spec; a trace is kind ``"trace"``."""
+    if text == "uniform":
+        return "uniform", 0.0
+    if text.startswith("zipf:"):
+        try:
+            exponent = float(text[5:])
+        except ValueError:
+            exponent = -1.0
+        if not (math.isfinite(exponent) and 0 < exponent <= MAX_ZIPF_EXPONENT):
+            raise ConfigError(f"expected zipf:S with 0 < S <= {MAX_ZIPF_EXPONENT:g}, got "
+                              f"{text!r}", field="routing")
+        return "zipf", exponent
+    if text.endswith(".npy"):
+        return "trace", 0.0
+    raise ConfigError(f"expected 'uniform', 'zipf:S' or a .npy trace path, got {text!r}",
+                      field="routing")
 
 
 @dataclass(frozen=True)
@@ -173,7 +192,7 @@ class Decode:
 
     def _check_prompt(self) -> None:
         """A prefill step or a prompt chunk: the combinations memsim models."""
-        if not isinstance(self.prefill, (bool, np.bool_)):
+        if not isinstance(self.prefill, bool):
             raise ConfigError(f"expected true or false, got {self.prefill!r}", field="prefill")
         object.__setattr__(self, "prefill", bool(self.prefill))
         if self.prefill_context and not self.prefill_chunk:

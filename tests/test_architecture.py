@@ -11,17 +11,18 @@ import memsim
 
 PACKAGE = Path(memsim.__file__).parent
 FLOORS = (
-    ("errors", "units", "formats", "datafile", "device", "model", "workload", "runtime"),
+    ("errors", "units", "formats", "checkpoints", "datafile", "limits", "device", "model",
+     "hf_config", "workload", "runtime"),
     ("inputs",),
-    ("lower", "layout", "routing", "plan"),
+    ("lower", "layout", "routing", "precision", "plan"),
     ("emulate", "counts", "report"),
     ("capacity", "compare", "speculative", "validate"),
     ("study", "sweep", "store"),
     ("cli", "plot", "render", "bench"),
 )
 FLOOR = {name: i for i, names in enumerate(FLOORS) for name in names}
-# known exceptions today, each for its owner to remove: workload resolves routing at load
-EXCEPTIONS = {("workload", "routing")}
+# known exceptions today, each for its owner to remove
+EXCEPTIONS: set[tuple[str, str]] = set()
 
 
 def _modules() -> list[Path]:

@@ -36,8 +36,6 @@ def test_a_catalog_device_and_model_load_without_numba():
                                   "memsim.format_quantity(8e10, 'capacity')")
 
 
-@pytest.mark.xfail(strict=True, reason="memsim.workload imports memsim.routing, which imports "
-                   "the Numba kernels (issue 16 item 6): parse_routing belongs in workload.py")
 def test_the_device_catalog_verb_loads_no_numba():
     assert "numba" not in _loaded("from memsim.cli import main\nmain(['devices'])")
 

@@ -168,9 +168,11 @@ def test_weight_streaming_reads_every_weight_from_memoryx_each_step():
 
 
 def test_a_policy_the_device_lacks_is_refused():
-    with pytest.raises(memsim.ConfigError, match="supports hbm-centric") as info:
+    """A workload's policy is the device's layout.policy what-if (one rule for the CLI's
+    --policy, --set layout.policy and the Python API): refused by the device's own check."""
+    with pytest.raises(memsim.ConfigError, match="needs a slower tier") as info:
         memsim.emulate("h100-sxm", "llama-3.2-1b", policy="weight-streaming")
-    assert info.value.field == "policy"
+    assert info.value.field == "layout.policy"
 
 
 # CXL what-ifs -------------------------------------------------------------------------------

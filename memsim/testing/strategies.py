@@ -32,10 +32,12 @@ from memsim.model import Model
 from memsim.testing._devices import (OFF_CHIP_KINDS, perturbable_fields, perturbed_overrides,
                                      scratch_data, text, tier_tables)
 from memsim.testing._invalid import InvalidDevice, invalid_device_data
+from memsim.testing._studies import InvalidStudy, invalid_studies
 from memsim.workload import RESIDENCY_POLICIES, Decode
 
-__all__ = ["InvalidDevice", "decodes", "device_data", "devices", "formats", "invalid_devices",
-           "models", "overrides", "perturbable_fields", "tiers"]
+__all__ = ["InvalidDevice", "InvalidStudy", "decodes", "device_data", "devices", "formats",
+           "invalid_devices", "invalid_studies", "models", "overrides", "perturbable_fields",
+           "tiers"]
 
 # Each parameter takes a plain value or a strategy of them.
 Ints: TypeAlias = "int | SearchStrategy[int]"
