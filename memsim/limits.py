@@ -198,9 +198,12 @@ def largest_counts(device: Device, model: Model, workload: Decode) -> dict[str, 
     kv_tokens = -(-final_tokens // block) * block
     kv_row = kvfmt.tensor_bits((1, model.head_dim)) + kvfmt.tensor_meta_bits
     kv_bits = workload.batch * kv_tokens * 2 * model.layers * model.kv_heads * kv_row
-    rows = max(workload.batch * new, device.matrix_unit[0])
+    rows = max(workload.step_tokens, device.matrix_unit[0])
     rows = -(-rows // device.matrix_unit[0]) * device.matrix_unit[0]
-    attention = 4 * model.layers * model.heads * model.head_dim * final_tokens * workload.batch * new
+    attention = (4 * model.layers * model.heads * model.head_dim
+                 * (final_tokens * workload.batch * new
+                    + (workload.prefill_context + 2 * workload.prefill_chunk * steps)
+                    * workload.prefill_chunk))
     flops = 2 * model.active_params * rows + attention
     tile_bits = tile_k * tile_n * max(wfmt.element_bits, 16)
     tiles = params // max(tile_k * tile_n, 1) + model.layers * (16 + model.experts)
