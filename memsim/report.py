@@ -163,6 +163,13 @@ class Report:
     holdings: tuple[ChipHoldings, ...] = ()
     ep: int = 1
     weights_held: int = 0              # weight bytes stored over the whole system
+    runtime: str = ""                  # the software stack the step ran under
+    padding: str = ""                  # what tensor parallelism padded, in words
+
+    @property
+    def watts_per_chip(self) -> float:
+        """Average power of one chip over the warm step: static plus dynamic energy, W."""
+        return self.warm.energy_j / self.warm.time_s / self.chips
 
     @property
     def chips(self) -> int:
@@ -351,6 +358,8 @@ class Report:
             "arithmetic_intensity": _finite(self.arithmetic_intensity),
             "unbounded": self.unbounded(),
             "bottleneck": self.bottleneck,
+            "runtime": self.runtime, "padding": self.padding,
+            "watts_per_chip": self.watts_per_chip,
             "bytes_read": dict(self.bytes_read),
             "bytes_written": dict(self.bytes_written),
             "hits": self.hits, "misses": self.misses, "flops": self.flops,
@@ -401,7 +410,13 @@ class Report:
             f"{self.tokens_per_s_total:.1f} in aggregate)",
             f"  cycles           {self.cycles:,.0f} at {format_quantity(self.clock_hz, 'frequency')}",
             f"  bottleneck       {self.bottleneck}",
-            f"  energy per token {format_quantity(self.energy_per_token, 'energy')}",
+            "  time split       " + ", ".join(
+                f"{name} {format_quantity(seconds, 'time')}"
+                for name, seconds in self.warm.time_split.items() if seconds > 0),
+            f"  runtime          {self.runtime}",
+            f"  energy per token {format_quantity(self.energy_per_token, 'energy')} "
+            f"({self.watts_per_chip:.0f} W per chip, static "
+            f"{format_quantity(self.warm.static_energy_j / self.tokens_per_step, 'energy')})",
             f"  intensity        {self.arithmetic_intensity:.2f} FLOP per off-chip byte",
             f"  on-chip tiles    {self.hits:,} hits, {self.misses:,} misses (warm); cold step "
             f"{self.cold.misses:,} misses, {format_quantity(self.cold.time_s, 'time')}",
@@ -411,7 +426,7 @@ class Report:
             f"{self.link_bytes:,} B per step",
             f"  weights read     {self.weight_bytes_read:,} B off chip of {self.weights_held:,} B"
             f" held ({100 * self.weight_bytes_read / max(self.weights_held, 1):.1f}%)",
-        ]
+        ] + ([f"  padding          {self.padding}"] if self.padding else [])
         if len(self.steps) > 2:
             spread = self.warm_spread()
             (t_mean, t_sd), (w_mean, w_sd) = spread["time_s"], spread["weight_bytes_read"]
