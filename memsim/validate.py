@@ -29,6 +29,7 @@ from memsim.device import Device
 from memsim.emulate import emulate
 from memsim.errors import ConfigError
 from memsim.inputs import decode_from, device_from, model_from
+from memsim.workload import Prefill
 from memsim.model import Model
 from memsim.speculative import Acceptance, closed_form_tokens, speculative
 from memsim.units import format_quantity
@@ -56,8 +57,6 @@ FAMILY_PREFIXES = (
     ("maia", "Microsoft"), ("mtia", "Meta"), ("ipu", "Graphcore"),
 )
 
-NO_PREFILL = ("time to first token: memsim has no prefill workload yet (issue 17, item 1), so "
-              "the prompt's processing cannot be predicted")
 NO_MIXED_STEP = ("serving step: the engine mixes prompt chunks of arriving requests into the "
                  "decode steps ({serving}); memsim has no mixed prefill + decode step yet "
                  "(issue 17, item 2)")
@@ -106,6 +105,11 @@ class Row:
     def is_speculative(self) -> bool:
         """A speedup row: memsim predicts speculative decoding's speedup."""
         return self.measurement["metric"] == "speedup"
+
+    @property
+    def is_prefill(self) -> bool:
+        """A time-to-first-token row: memsim predicts the prompt's prefill step."""
+        return self.measurement["metric"] == "ttft_ms"
 
     @property
     def is_decode(self) -> bool:
@@ -163,6 +167,7 @@ def summarize(rows: Sequence[Row]) -> Summary:
         _median("single chip", [r for r in decode if r.chips == 1]),
         _median("multi-chip", [r for r in decode if r.chips > 1]),
         _median("speculative", [r for r in rows if r.is_speculative]),
+        _median("time to first token", [r for r in rows if r.is_prefill]),
     ]
     for family in sorted({r.family for r in decode}):
         groups.append(_median(f"family {family}", [r for r in decode if r.family == family]))
@@ -256,8 +261,6 @@ def acceptance_for(tokens: float, gamma: int, tree: Sequence[int] | None = None)
 
 def _unpredictable(row: dict[str, Any]) -> str:
     """Why memsim cannot predict a row as stated ("" when it can try)."""
-    if row["metric"] == "ttft_ms":
-        return NO_PREFILL
     if row.get("serving"):
         return NO_MIXED_STEP.format(serving=row["serving"])
     if row.get("speculative_in_figure"):
@@ -295,12 +298,17 @@ def predict(row: dict[str, Any], folder: Path) -> Row:
         mod = resolve_model(row["model"], folder)
         if row["metric"] == "speedup":
             return _predict_speedup(row, dev, mod, folder)
-        report = emulate(dev, mod, decode_from(_decode_fields(row)))
+        if row["metric"] == "ttft_ms":
+            fields = {k: v for k, v in _decode_fields(row).items() if k != "context"}
+            report = emulate(dev, mod, Prefill(prompt=row["prompt"], **fields))
+        else:
+            report = emulate(dev, mod, decode_from(_decode_fields(row)))
     except ConfigError as exc:
         return Row(row, None, None, "", str(exc))
     value = {"tokens_per_s_per_user": report.tokens_per_s,
              "ms_per_token": 1e3 * report.time_per_token,
-             "tokens_per_s_total": report.tokens_per_s_total}[row["metric"]]
+             "tokens_per_s_total": report.tokens_per_s_total,
+             "ttft_ms": 1e3 * report.time_per_step}[row["metric"]]
     main = dev.main_memory
     chip_bytes = sum(report.chip(s)["bytes_read"][main.name] + report.chip(s)["bytes_written"][
         main.name] for s in range(report.pp))
@@ -312,12 +320,12 @@ def predict(row: dict[str, Any], folder: Path) -> Row:
 def _in_metric(row: dict[str, Any], step_s: float) -> float:
     """A step time in the measurement's metric."""
     return {"tokens_per_s_per_user": 1.0 / step_s, "ms_per_token": 1e3 * step_s,
-            "tokens_per_s_total": row["batch"] / step_s}[row["metric"]]
+            "tokens_per_s_total": row["batch"] / step_s, "ttft_ms": 1e3 * step_s}[row["metric"]]
 
 
 def _speed_ratio(row: dict[str, Any], predicted: float) -> float:
     """Predicted speed over measured speed (a time metric inverted)."""
-    if row["metric"] == "ms_per_token":
+    if row["metric"] in ("ms_per_token", "ttft_ms"):
         return row["value"] / predicted
     return predicted / row["value"]
 

@@ -155,7 +155,6 @@ def test_acceptance_inverts_the_expected_tokens():
 
 
 @pytest.mark.parametrize("extra, reason", [
-    (dict(metric="ttft_ms", prompt=128), "no prefill workload"),
     (dict(serving="chunked prefill, 512-token chunks"), "mixed prefill + decode"),
     (dict(speculative_in_figure=True), "includes speculative decoding"),
 ])
@@ -191,3 +190,15 @@ def test_every_repository_row_is_sourced_and_resolves():
     metrics = {row["metric"] for row in rows}
     assert {"ttft_ms", "speedup"} <= metrics
     assert any(row.get("serving") and row["batch"] >= 32 for row in rows)
+
+
+def test_time_to_first_token_rows_are_predicted_by_a_prefill():
+    """A ttft_ms row is the prefill step of its prompt (memsim.workload.Prefill), on time."""
+    row = dict(id="x", device="h100-sxm", model="llama-3-8b", weights="bf16", software="s",
+               runtime="trt-llm", batch=1, context=128, prompt=128, metric="ttft_ms",
+               value=20.0, source="s")
+    result = predict(row, default_folder())
+    prefill = memsim.emulate("h100-sxm", "llama-3-8b",
+                             memsim.Prefill(prompt=128, runtime="trt-llm"))
+    assert result.predicted == pytest.approx(1e3 * prefill.time_per_step)
+    assert result.error == pytest.approx(20.0 / result.predicted - 1)       # on speed
