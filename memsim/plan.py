@@ -431,6 +431,9 @@ def plan_system(device: Device, model: Model, workload: Decode) -> SystemPlan:
     """
     check_sizes(device, model, workload)
     _check_window(model, workload)
+    if not model.is_moe and workload.routing != "uniform":
+        raise ConfigError(f"routing {workload.routing!r} chooses experts, and {model.name} is "
+                          "dense: it has none to route to", field="routing")
     if workload.policy != "auto":
         return _plan_policy(device, model, workload, workload.policy)
     try:

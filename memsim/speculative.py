@@ -29,6 +29,7 @@ from memsim.errors import CapacityError, ConfigError
 from memsim.formats import get_format
 from memsim.kernels import sampling as mc
 from memsim.inputs import decode_from, model_from
+from memsim.limits import check_samples
 from memsim.model import Model
 from memsim.plan import SystemPlan, kv_row_bits, plan_system
 from memsim.report import StepSummary
@@ -109,8 +110,10 @@ class MonteCarlo:
 
 def sample_tokens(acceptance: Acceptance, draws: int, seed: int = 0) -> MonteCarlo:
     """Seeded Monte Carlo (Numba): per-sequence Bernoulli draws, in order, until a rejection."""
-    if draws < 1:
-        raise ConfigError(f"expected at least one Monte Carlo draw, got {draws}", field="samples")
+    if isinstance(draws, bool) or not isinstance(draws, int) or draws < 1:
+        raise ConfigError(f"expected at least one Monte Carlo draw, got {draws!r}",
+                          field="samples")
+    check_samples(draws)
     hist = mc.tokens_histogram(np.array(acceptance.rates, dtype=np.float64), draws, seed)
     return MonteCarlo(draws=draws, seed=seed, counts=tuple(int(c) for c in hist[1:]))
 
