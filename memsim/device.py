@@ -8,6 +8,7 @@ data and validate it again, so a derived device obeys the same rules as a catalo
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -19,6 +20,7 @@ from typing import Any
 from memsim.datafile import (catalog_names, check_keys, read_catalog_entry, read_toml_file,
                              require_int, require_schema_version, require_str, require_table)
 from memsim.errors import ConfigError
+from memsim.runtime import runtime
 from memsim.formats import COMPUTE_CLASSES
 from memsim.limits import check_figure
 from memsim.units import parse_quantity
@@ -138,6 +140,7 @@ class Device:
     scale_out: Link | None = None
     runtime: str | None = None
     activation_width: int = 0    # output columns one staged activation read feeds (0: matrix_unit n)
+    runtime_overrides: tuple[tuple[str, Any], ...] = ()  # what-ifs of the stack ("launch", "6 us")
 
     def tier(self, name: str) -> Tier:
         """The tier called ``name``."""
@@ -186,16 +189,27 @@ class Device:
         return dict(self.sources).get(field_path)
 
     def with_overrides(self, overrides: Mapping[str, Any]) -> Device:
-        """A new, validated device with fields replaced, e.g. ``{"tiers.hbm.bandwidth": "5 TB/s"}``."""
+        """A new, validated device with fields replaced, e.g. ``{"tiers.hbm.bandwidth": "5 TB/s"}``.
+
+        ``runtime.*`` paths are what-ifs of the software stack the device runs
+        (``{"runtime.launch": "6 us"}``): kept as :attr:`runtime_overrides`, checked against the
+        device's own runtime now, and applied to whichever runtime a workload runs under.
+        """
+        stack = {p[len("runtime."):]: v for p, v in overrides.items() if p.startswith("runtime.")}
+        chip = {p: v for p, v in overrides.items() if not p.startswith("runtime.")}
         data = copy.deepcopy(self.data)
-        for path, value in overrides.items():
+        for path, value in chip.items():
             if path == "cost.usd_per_chip_hour":
                 value = _number_from_text(value)
             _set_path(data, path, value, file=self.file)
             data.setdefault("sources", {})[path] = f"what-if override: {value}"
-        for path in overrides:
-            self._scale_sustained(data, path, overrides)
-        return parse_device(data, file=f"{self.file} (with overrides)")
+        for path in chip:
+            self._scale_sustained(data, path, chip)
+        new = parse_device(data, file=f"{self.file} (with overrides)") if chip else self
+        merged = {**dict(self.runtime_overrides), **stack}
+        if stack:
+            runtime(self.runtime or "vendor").with_overrides(merged)     # refused here if wrong
+        return dataclasses.replace(new, runtime_overrides=tuple(sorted(merged.items())))
 
     def _scale_sustained(self, data: dict, path: str, overrides: Mapping[str, Any]) -> None:
         """A new peak bandwidth keeps the tier's measured sustained/peak efficiency.

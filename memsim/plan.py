@@ -187,12 +187,16 @@ def _stream_peak(device: Device, stream: Format) -> float:
 
 def resolve_runtime(device: Device, workload: Decode) -> Runtime:
     """The workload's software stack: its own, else the one the device file names, else the
-    vendor's compiled stack (``runtimes/vendor.toml``)."""
+    vendor's compiled stack (``runtimes/vendor.toml``); the device's ``runtime.*`` what-ifs
+    apply to it."""
     if isinstance(workload.runtime, Runtime):
-        return workload.runtime
-    if workload.runtime != "auto":
-        return runtime(workload.runtime)
-    return runtime(getattr(device, "runtime", None) or "vendor")
+        stack = workload.runtime
+    elif workload.runtime != "auto":
+        stack = runtime(workload.runtime)
+    else:
+        stack = runtime(device.runtime or "vendor")
+    return stack.with_overrides(dict(device.runtime_overrides)) if device.runtime_overrides \
+        else stack
 
 
 # A device file's link kinds as the collective libraries' cost tables know them (DCN is the

@@ -151,3 +151,17 @@ def test_implied_power_per_chip_lies_between_idle_and_tdp(device, batch):
     assert dev.idle_power_w < watts < dev.tdp_w
     assert report.warm.static_energy_j == pytest.approx(
         dev.idle_power_w * report.chips * report.warm.time_s)
+
+
+def test_a_runtime_what_if_rides_on_the_device_request():
+    """``--set runtime.launch=60us`` (or a study's [grid.set]) edits the stack the step runs
+    under, whichever it is; a key the runtime file does not have is refused naming it."""
+    dev = memsim.device("h100-sxm")
+    slow = dev.with_overrides({"runtime.launch": "60 us"})
+    eager = memsim.emulate(dev, "llama-3.2-1b", context=64, runtime="hf-eager")
+    slower = memsim.emulate(slow, "llama-3.2-1b", context=64, runtime="hf-eager")
+    assert slower.time_per_token > eager.time_per_token
+    assert slower.bytes_read == eager.bytes_read
+    with pytest.raises(memsim.ConfigError, match="unknown key") as info:
+        dev.with_overrides({"runtime.nonsense": "1"})
+    assert info.value.field == "nonsense"
