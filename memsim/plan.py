@@ -1163,7 +1163,8 @@ def _max_lru_entries(op_int: np.ndarray, tensors: list[Tensor], capacity_bits: i
         grain = np.minimum(granularity[where[attention, 0]], granularity[where[attention, 1]])
         block_bytes = -(-(workload.kv_block * att[:, k.C_KV_ROW_BITS]) // 8)
         bits[attention] = 8 * (-(-block_bytes // grain) * grain)
-        distinct[attention] = 2 * att[:, k.C_BATCH] * att[:, k.C_KV_HEADS] * att[:, k.C_KV_MAX_BLOCKS]
+        streams = 2 * att[:, k.C_BATCH] * att[:, k.C_KV_HEADS]      # K and V of each head
+        distinct[attention] = streams * att[:, k.C_KV_MAX_BLOCKS]
     smallest = int(bits.min())
     return int(max(1, min(int(distinct.sum()), capacity_bits // max(smallest, 1) + 1)))
 

@@ -14,10 +14,10 @@ import functools
 
 import numpy as np
 import pytest
+from memsim.kernels import step as k
 
 import memsim
 from memsim import plan as plan_module
-from memsim.kernels import step as k
 from memsim.plan import kv_block_bytes, plan_system
 from memsim.workload import Decode, Prefill
 
