@@ -24,6 +24,7 @@ their own shards.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from dataclasses import dataclass
 
@@ -31,7 +32,7 @@ import numpy as np
 
 from memsim.device import Device, Link
 from memsim.errors import CapacityError, ConfigError
-from memsim.checkpoints import weight_formats
+from memsim.checkpoints import WeightFormats, weight_formats
 from memsim.formats import Format, get_format
 from memsim.kernels import step as k
 from memsim.limits import check_sizes
@@ -348,13 +349,29 @@ class _Placer:
         return tuple(sorted(merged.items())) or ((lo, 0),)
 
 
+# A checkpoint's format of a tensor depends only on these arguments (WeightFormats is frozen):
+# a warm process asks once per distinct tensor, not once per tensor of every plan.
+_weight_formats = functools.lru_cache(maxsize=256)(weight_formats)
+
+
+@functools.lru_cache(maxsize=65536)
+def _format_for(formats: WeightFormats, role: str, layer: int, layers: int, n_experts: int,
+                tied: bool, k: int) -> Format:
+    return formats.for_tensor(role, layer, layers, n_experts=n_experts, tied=tied, k=k)
+
+
+@functools.lru_cache(maxsize=65536)
+def _qkv_split(formats: WeightFormats, layer: int, layers: int, n_experts: int, k: int) -> bool:
+    return formats.qkv_split(layer, layers, n_experts=n_experts, k=k)
+
+
 def _item_specs(model: Model, workload: Decode, sh: Shard, tile_n: int, final_tokens: int,
                 sequences: int, experts: range | None = None) -> list[list[_Spec]]:
     """The tensors of one chip, grouped into pipeline items: the embedding, each layer, the
     head (final norm and LM head). KV specs cover ``sequences`` sequences; an MoE layer holds
     the routed ``experts`` (all of them unless given) and the shared ones."""
     experts = range(model.experts) if experts is None else experts
-    formats = weight_formats(workload.weights)
+    formats = _weight_formats(workload.weights)
     n_experts = model.experts if model.is_moe else 0
     act = stream_format(workload)
     h, hd = model.hidden, model.head_dim
@@ -363,8 +380,8 @@ def _item_specs(model: Model, workload: Decode, sh: Shard, tile_n: int, final_to
 
     def fmt(stored_as: str, layer: int, full_k: int) -> Format:
         """The checkpoint's format of a tensor (``full_k``: its unsharded row length)."""
-        return formats.for_tensor(stored_as, layer, model.layers, n_experts=n_experts,
-                                  tied=model.tied_embeddings, k=full_k)
+        return _format_for(formats, stored_as, layer, model.layers, n_experts,
+                           model.tied_embeddings, full_k)
 
     def weight(role: str, layer: int, n: int, kk: int, name: str = "", stored_as: str = "",
                full_k: int = 0) -> _Spec:
@@ -373,7 +390,7 @@ def _item_specs(model: Model, workload: Decode, sh: Shard, tile_n: int, final_to
                      n, kk, -(-n // tile_n))
 
     def qkv(layer: int) -> list[_Spec]:
-        if not formats.qkv_split(layer, model.layers, n_experts=n_experts, k=h):
+        if not _qkv_split(formats, layer, model.layers, n_experts, h):
             return [weight("qkv", layer, (sh.heads + 2 * sh.kv_heads) * hd, h)]
         return [weight("qkv", layer, heads * hd, h, name=f"{part}.{layer}", stored_as=part)
                 for part, heads in (("q", sh.heads), ("k", sh.kv_heads), ("v", sh.kv_heads))]
@@ -947,14 +964,10 @@ TENSOR_COLUMNS = (k.C_HOME, k.C_HOME_HI, k.C_SPLIT, k.C_PINNED)   # read off the
 
 
 def _shape_key(item: list[_Spec]) -> tuple:
-    """What makes two layers' op rows equal up to REPLICATED_COLUMNS: their tensors' names
-    (without the layer), kinds, formats and shapes, in order."""
-    key = []
-    for spec in item:
-        stem, _, rest = spec.name.partition(".")
-        key.append((stem, rest.partition(".")[2], spec.kind, spec.fmt.name, spec.rows, spec.k,
-                    spec.units, spec.sequences, spec.expert, spec.chunk))
-    return tuple(key)
+    """What makes two layers' op rows equal up to REPLICATED_COLUMNS (with the layer's kind,
+    dense or MoE): their tensors' formats, in order. Every other attribute of a layer's tensor
+    follows from the model and the shard; q, k and v in different formats add two tensors."""
+    return tuple([spec.fmt.name for spec in item])
 
 
 @dataclass(frozen=True)
