@@ -119,11 +119,17 @@ class Plan:
 
     def bytes_by_tier(self, kind: str) -> dict[str, int]:
         """Bytes of weights (``kind="weight"``) or KV cache (``"kv"``) each tier holds."""
-        held = dict.fromkeys(self.tier_names, 0)
+        return dict(zip(self.tier_names, self._held[kind]))
+
+    @functools.cached_property
+    def _held(self) -> dict[str, list[int]]:
+        """Bytes each tier holds, by tensor kind, in one pass over the tensors."""
+        held = {"weight": [0] * len(self.tier_names), "kv": [0] * len(self.tier_names)}
         for tensor in self.tensors:
-            if tensor.kind == kind and not tensor.aliased:
+            if not tensor.aliased:
+                column = held[tensor.kind]
                 for tier, nbytes in tensor.tier_bytes:
-                    held[self.tier_names[tier]] += nbytes
+                    column[tier] += nbytes
         return held
 
 
