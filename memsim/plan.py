@@ -677,8 +677,9 @@ def _plan_stage(device: Device, model: Model, workload: Decode, policy: str, sh:
         for item in items:
             for spec in item:
                 if spec.kind == "kv":
-                    spec = dataclasses.replace(spec, sequences=(1 if spec.chunk else mb)
-                                               * sh.kv_heads)
+                    sequences = (1 if spec.chunk else mb) * sh.kv_heads
+                    if spec.sequences != sequences:
+                        spec = dataclasses.replace(spec, sequences=sequences)
                     if micro:
                         spec = dataclasses.replace(spec, name=f"{spec.name}.mb{micro}")
                     index[spec.name] = len(tensors)
@@ -934,8 +935,10 @@ def _plan_stage(device: Device, model: Model, workload: Decode, policy: str, sh:
     tensors, pinned_bits = _pin(tensors, residency, tiers[0].capacity)
     op_int, op_float, op_names, op_formats, op_micro = _assemble(
         pieces, rows, floats, op_names, op_formats, op_micro)
-    _set_tensor_columns(op_int, tensors)
-    on_chip_resident = sum(t.bytes_on(0) for t in tensors if not t.aliased)
+    placed = np.array([(t.home, t.home_hi, t.split, int(t.pinned)) for t in tensors],
+                      dtype=np.int64).reshape(-1, len(TENSOR_COLUMNS))
+    _set_tensor_columns(op_int, placed)
+    on_chip_resident = _need(tensors).get(0, 0)
     lru_capacity_bits = max(0, 8 * (tiers[0].capacity - on_chip_resident) - pinned_bits)
     return Plan(
         device=device, model=model, workload=workload, policy=policy, stage=stage,
@@ -953,7 +956,7 @@ def _plan_stage(device: Device, model: Model, workload: Decode, policy: str, sh:
         op_int=op_int, op_float=op_float, op_names=op_names, op_microbatch=op_micro,
         op_formats=op_formats,
         tensors=tuple(tensors), residency=residency, lru_capacity_bits=lru_capacity_bits,
-        max_lru_entries=_max_lru_entries(op_int, tensors, lru_capacity_bits, workload, tiers),
+        max_lru_entries=_max_lru_entries(op_int, placed, lru_capacity_bits, workload, tiers),
         spilled=spilled,
     )
 
@@ -1037,15 +1040,13 @@ def _assemble(pieces: list[tuple], rows: list[list[int]], floats: list, names: l
             np.array(out_micro, dtype=np.int64))
 
 
-def _set_tensor_columns(op_int: np.ndarray, tensors: list[Tensor]) -> None:
-    """Fill TENSOR_COLUMNS of every op that reads a tensor from the placed tensors."""
+def _set_tensor_columns(op_int: np.ndarray, placed: np.ndarray) -> None:
+    """Fill TENSOR_COLUMNS of every op that reads a tensor from ``placed`` ([tensor, column]:
+    the placed tensors' home, home_hi, split and pinned flag)."""
     tensor = op_int[:, k.C_TENSOR]
     has = tensor >= 0
-    if not has.any():
-        return
-    table = np.array([(t.home, t.home_hi, t.split, int(t.pinned)) for t in tensors],
-                     dtype=np.int64)
-    op_int[np.ix_(has, TENSOR_COLUMNS)] = table[tensor[has]]
+    if has.any():
+        op_int[np.ix_(has, TENSOR_COLUMNS)] = placed[tensor[has]]
 
 
 def _need(tensors: list[Tensor]) -> dict[int, int]:
@@ -1149,18 +1150,18 @@ def _pin(tensors: list[Tensor], residency: str, on_chip_bytes: int) -> tuple[lis
     return out, 8 * pinned_bytes
 
 
-def _max_lru_entries(op_int: np.ndarray, tensors: list[Tensor], capacity_bits: int,
+def _max_lru_entries(op_int: np.ndarray, placed: np.ndarray, capacity_bits: int,
                      workload: Decode, tiers: tuple) -> int:
     """An upper bound on tiles the LRU can hold at once: the distinct tiles of the ops' tensors
-    that are neither on chip nor pinned, and at most the on-chip capacity over the smallest."""
-    if capacity_bits == 0 or not tensors:
+    that are neither on chip nor pinned, and at most the on-chip capacity over the smallest
+    (``placed``: as :func:`_set_tensor_columns` takes it)."""
+    if capacity_bits == 0 or not len(placed):
         return 1
-    placed = np.array([(t.home, t.home_hi, int(t.pinned)) for t in tensors], dtype=np.int64)
     granularity = np.array([t.granularity for t in tiers], dtype=np.int64)
     tensor = op_int[:, k.C_TENSOR]
     kind = op_int[:, k.C_KIND]
     where = placed[np.maximum(tensor, 0)]
-    cached = ((tensor >= 0) & (kind != k.OP_KV_APPEND) & (where[:, 2] == 0)
+    cached = ((tensor >= 0) & (kind != k.OP_KV_APPEND) & (where[:, 3] == 0)
               & ~((where[:, 0] == 0) & (where[:, 1] == 0)))
     if not cached.any():
         return 1

@@ -90,7 +90,8 @@ def test_layers_of_one_shape_are_copies():
 
 
 def _max_lru_entries_by_row(op_int, tensors, capacity_bits, workload, tiers) -> int:
-    """The op-table loop ``_max_lru_entries`` replaced, kept as its reference."""
+    """The op-table loop ``_max_lru_entries`` replaced (over the tensors), kept as its
+    reference."""
     smallest = None
     distinct = 0
     for row in op_int:
