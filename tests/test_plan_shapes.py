@@ -43,6 +43,10 @@ CASES = {
     "draft-heads": ("h100-sxm", TINY, Decode(batch=1, context=64, draft_heads=3)),
     "placement": ("h100-sxm", "llama-3-8b",
                   Decode(batch=1, context=512, placement={"kv": "sram:0.5"})),
+    "layer-range-rule": ("cxl", "llama-3-8b",
+                         Decode(batch=1, context=512, placement={"weights[20:32]": "cxl:0.3"})),
+    "tiered-spill": ("cxl", "llama-3-70b", Decode(batch=8, context=8192, weights="int8")),
+    "pinned": ("h100-sxm", "llama-3.2-1b", Decode(batch=1, context=256, residency="pinned")),
 }
 
 
@@ -56,7 +60,8 @@ def _row_by_row(monkeypatch: pytest.MonkeyPatch, device, model, workload):
 
 
 def _load(device_name, model):
-    dev = memsim.device(device_name)
+    dev = (memsim.device("h100-sxm").with_tier("cxl-gen5-x16") if device_name == "cxl"
+           else memsim.device(device_name))
     return dev, memsim.model(model) if isinstance(model, str) else model
 
 
