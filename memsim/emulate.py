@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from itertools import chain
 from typing import Any
 
 import numpy as np
@@ -247,7 +248,8 @@ class SystemRun:
             device=dev.name, model=system.model.name, workload=workload.to_dict(),
             tier_names=stages[0].tier_names, clock_hz=dev.clock_hz,
             tokens_per_step=workload.batch * workload.new_tokens,
-            new_tokens=workload.new_tokens, op_names=sum((p.op_names for p in stages), ()),
+            new_tokens=workload.new_tokens,
+            op_names=tuple(chain.from_iterable(p.op_names for p in stages)),
             op_layers=tuple(self.op_int[:, k.C_LAYER].tolist()),
             op_stages=tuple(self.op_stage.tolist()),
             op_microbatches=tuple(self.op_micro.tolist()),

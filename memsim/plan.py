@@ -19,6 +19,11 @@ last position of each prompt only.
 
 Each stage's plan describes one chip: the chips of a tensor-parallel group do the same work on
 their own shards.
+
+A stage is lowered once per layer shape: the first layer of each shape (dense or MoE, with its
+tensors' formats, per microbatch) is built op row by op row, and every other layer of that shape
+is a numpy copy of its rows with the REPLICATED_COLUMNS changed; the placement columns
+(TENSOR_COLUMNS) of every row are then read off the placed tensors as one array.
 """
 
 from __future__ import annotations
