@@ -698,7 +698,8 @@ def _plan_stage(device: Device, model: Model, workload: Decode, policy: str, sh:
     spilled: tuple[str, ...] = ()
     if policy == "tiered":
         tensors, spilled = _spill(device, tensors)
-    _check_capacity(device, model, workload, tensors, stage, stages)
+    need = _need(tensors)           # bytes per tier; pinning below moves none
+    _check_capacity(device, model, workload, tensors, need, stage, stages)
 
     rows: list[list[int]] = []
     floats: list[tuple[float, ...]] = []
@@ -943,7 +944,7 @@ def _plan_stage(device: Device, model: Model, workload: Decode, policy: str, sh:
     placed = np.array([(t.home, t.home_hi, t.split, int(t.pinned)) for t in tensors],
                       dtype=np.int64).reshape(-1, len(TENSOR_COLUMNS))
     _set_tensor_columns(op_int, placed)
-    on_chip_resident = _need(tensors).get(0, 0)
+    on_chip_resident = need.get(0, 0)
     lru_capacity_bits = max(0, 8 * (tiers[0].capacity - on_chip_resident) - pinned_bits)
     return Plan(
         device=device, model=model, workload=workload, policy=policy, stage=stage,
@@ -1109,9 +1110,10 @@ def _spill(device: Device, tensors: list[Tensor]) -> tuple[list[Tensor], tuple[s
 
 
 def _check_capacity(device: Device, model: Model, workload: Decode, tensors: list[Tensor],
-                    stage: int, stages: int) -> None:
-    """Weights plus the KV cache at the last step's context must fit their tiers."""
-    for home, nbytes in sorted(_need(tensors).items()):
+                    need: dict[int, int], stage: int, stages: int) -> None:
+    """Weights plus the KV cache at the last step's context (``need``: bytes per tier) must
+    fit their tiers."""
+    for home, nbytes in sorted(need.items()):
         tier = device.tiers[home]
         if nbytes <= tier.capacity:
             continue
