@@ -1084,11 +1084,14 @@ def _spill(device: Device, tensors: list[Tensor]) -> tuple[list[Tensor], tuple[s
         moved_layers: list[int] = []
         moved_bytes = 0
         for layer in sorted(by_layer, reverse=True):
-            if _need(out).get(tier, 0) <= device.tiers[tier].capacity:
+            if need.get(tier, 0) <= device.tiers[tier].capacity:
                 break
             for i in by_layer[layer]:
                 tensor = out[i]
                 moved_bytes += tensor.bytes_on(tier)
+                for home, nbytes in tensor.tier_bytes:     # keep `need` equal to _need(out)
+                    need[home] -= nbytes
+                need[spill] = need.get(spill, 0) + tensor.bytes
                 out[i] = dataclasses.replace(tensor, home=spill, home_hi=spill, split=0,
                                              tier_bytes=((spill, tensor.bytes),))
             moved_layers.append(layer)
