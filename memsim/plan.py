@@ -878,7 +878,7 @@ def _plan_stage(device: Device, model: Model, workload: Decode, policy: str, sh:
         return ids
 
     # Layers of one shape (and microbatch) share their op rows but for the REPLICATED columns:
-    # the first is built row by row, the others are copies (see _replicate).
+    # the first is built row by row, the others are copies (see _LayerTemplate).
     templates: dict[tuple, _LayerTemplate] = {}
     pieces: list[tuple] = []          # ("rows", first, end) or ("copies", template, layers, ids)
     built = 0
