@@ -4,6 +4,7 @@ stage and step) and report (the rest of ``memsim.emulate.run_system``: summaries
 
     python benchmarks/bench_point.py                  # H100: Llama 3 70B and Llama 3.2 1B, int8
     python benchmarks/bench_point.py --device b200 --weights int4-g128 --repeats 50
+    python benchmarks/bench_point.py --memory         # peak RSS under a 160 GiB on-chip what-if
 
 Each phase is timed on its own with ``time.perf_counter`` and its median over the repeats is
 printed, with the median of the whole point (``memsim.emulate`` on catalog names) beside it.
@@ -14,6 +15,8 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import subprocess
+import sys
 import time
 
 from memsim.device import device
@@ -58,6 +61,38 @@ def phases(device_name: str, model_name: str, workload: Decode, repeats: int) ->
     return medians
 
 
+# Points whose on-chip LRU could hold the whole model: the arena is sized by what can be resident.
+MEMORY_POINTS = (("llama-3-70b", 4096, 1), ("llama-3.1-405b", 131072, 8))
+MEMORY_PROBE = """
+import resource, sys
+import memsim
+from memsim.emulate import run_system
+from memsim.plan import plan_system
+name, context, tp, weights = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+dev = memsim.device("h100-sxm").with_overrides({"tiers.sram.capacity": "160 GiB"})
+run_system(plan_system(dev, memsim.model("llama-3.2-1b"), memsim.Decode(weights=weights)))
+base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+system = plan_system(dev, memsim.model(name), memsim.Decode(batch=1, context=context, tp=tp,
+                                                            weights=weights))
+run_system(system)
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+print(base // 1024, peak // 1024, system.stages[0].max_lru_entries)
+"""
+
+
+def memory(weights: str) -> None:
+    """Peak RSS of one point in a new process (ru_maxrss), 160 GiB on-chip what-if."""
+    print(f"h100-sxm with tiers.sram.capacity = 160 GiB, batch 1, weights {weights}: peak RSS "
+          f"of a new process (MB), after a 1B warm-up and after the point")
+    print(f"{'model':28s} {'context':>8s} {'tp':>3s} {'warm-up':>8s} {'peak':>8s} "
+          f"{'LRU entries':>12s}")
+    for name, context, tp in MEMORY_POINTS:
+        out = subprocess.run([sys.executable, "-c", MEMORY_PROBE, name, str(context), str(tp),
+                              weights], capture_output=True, text=True, check=True).stdout
+        base, peak, entries = out.split()
+        print(f"{name:28s} {context:8d} {tp:3d} {base:>8s} {peak:>8s} {int(entries):12,d}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="h100-sxm")
@@ -65,7 +100,12 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=1)
     parser.add_argument("--context", type=int, default=4096)
     parser.add_argument("--repeats", type=int, default=30)
+    parser.add_argument("--memory", action="store_true",
+                        help="peak memory of the 160 GiB on-chip what-if points instead")
     args = parser.parse_args()
+    if args.memory:
+        memory(args.weights)
+        return
     workload = Decode(batch=args.batch, context=args.context, weights=args.weights)
     print(f"{args.device}, batch {args.batch}, context {args.context}, weights {args.weights}, "
           f"median of {args.repeats} in a warm process (ms)")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from itertools import chain
 from typing import Any
 
 import numpy as np
@@ -132,6 +133,8 @@ def host_time_per_step(stack: Runtime) -> float:
 
 def _concatenate(parts: list[StepCounts]) -> StepCounts:
     """One step of every stage, ops in stage order."""
+    if len(parts) == 1:
+        return parts[0]
     return StepCounts(
         step=parts[0].step,
         read_bits=np.concatenate([p.read_bits for p in parts]),
@@ -245,10 +248,11 @@ class SystemRun:
             device=dev.name, model=system.model.name, workload=workload.to_dict(),
             tier_names=stages[0].tier_names, clock_hz=dev.clock_hz,
             tokens_per_step=workload.batch * workload.new_tokens,
-            new_tokens=workload.new_tokens, op_names=sum((p.op_names for p in stages), ()),
-            op_layers=tuple(int(x) for x in self.op_int[:, k.C_LAYER]),
-            op_stages=tuple(int(x) for x in self.op_stage),
-            op_microbatches=tuple(int(x) for x in self.op_micro),
+            new_tokens=workload.new_tokens,
+            op_names=tuple(chain.from_iterable(p.op_names for p in stages)),
+            op_layers=tuple(self.op_int[:, k.C_LAYER].tolist()),
+            op_stages=tuple(self.op_stage.tolist()),
+            op_microbatches=tuple(self.op_micro.tolist()),
             energy_j_per_byte=self.energy, energy_j_per_flop=dev.energy_j_per_flop,
             steps=tuple(self.summaries), cold_counts=self.cold, warm_counts=self.warm,
             policy=system.policy, tp=workload.tp,

@@ -19,11 +19,17 @@ last position of each prompt only.
 
 Each stage's plan describes one chip: the chips of a tensor-parallel group do the same work on
 their own shards.
+
+A stage is lowered once per layer shape: the first layer of each shape (dense or MoE, with its
+tensors' formats, per microbatch) is built op row by op row, and every other layer of that shape
+is a numpy copy of its rows with the REPLICATED_COLUMNS changed; the placement columns
+(TENSOR_COLUMNS) of every row are then read off the placed tensors as one array.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from dataclasses import dataclass
 
@@ -31,7 +37,7 @@ import numpy as np
 
 from memsim.device import Device, Link
 from memsim.errors import CapacityError, ConfigError
-from memsim.checkpoints import weight_formats
+from memsim.checkpoints import WeightFormats, weight_formats
 from memsim.formats import Format, get_format
 from memsim.kernels import step as k
 from memsim.limits import check_sizes
@@ -118,11 +124,17 @@ class Plan:
 
     def bytes_by_tier(self, kind: str) -> dict[str, int]:
         """Bytes of weights (``kind="weight"``) or KV cache (``"kv"``) each tier holds."""
-        held = dict.fromkeys(self.tier_names, 0)
+        return dict(zip(self.tier_names, self._held[kind]))
+
+    @functools.cached_property
+    def _held(self) -> dict[str, list[int]]:
+        """Bytes each tier holds, by tensor kind, in one pass over the tensors."""
+        held = {"weight": [0] * len(self.tier_names), "kv": [0] * len(self.tier_names)}
         for tensor in self.tensors:
-            if tensor.kind == kind and not tensor.aliased:
+            if not tensor.aliased:
+                column = held[tensor.kind]
                 for tier, nbytes in tensor.tier_bytes:
-                    held[self.tier_names[tier]] += nbytes
+                    column[tier] += nbytes
         return held
 
 
@@ -267,6 +279,10 @@ class _Spec:
     chunk: bool = False  # KV: the cache of the sequence whose prompt chunk rides in the step
 
 
+# Weights placed by rows (embedding rows, a norm's one vector) rather than by column tiles.
+_ROW_UNIT_ROLES = ("embedding", "attn_norm", "ffn_norm", "final_norm")
+
+
 class _Placer:
     """Gives each tensor spec its tiers: the policy's home, then the last matching rule."""
 
@@ -284,6 +300,8 @@ class _Placer:
             self.expert_rank = np.argsort(np.argsort(probs, axis=1, kind="stable"), axis=1)
         weights, kv = default_homes(device, policy)
         self.homes = {"weight": device.tier_index(weights), "kv": device.tier_index(kv)}
+        # a layer's tensors repeat in every layer of its shape: their bytes are computed once
+        self._bytes_of: dict[tuple, tuple[tuple[int, int], ...]] = {}
 
     def place(self, spec: _Spec) -> Tensor:
         default = self.homes[spec.kind]
@@ -296,8 +314,13 @@ class _Placer:
         for rule in self.rules:
             if any(rule.matches(role, spec.layer, self.model.layers) for role in roles):
                 lo, hi, split = self._apply(spec, rule, default)
-        return Tensor(spec.name, spec.kind, spec.role, spec.layer, lo, hi, split,
-                      self._tier_bytes(spec, lo, hi, split), fmt=spec.fmt)
+        key = (spec.kind, spec.role in _ROW_UNIT_ROLES, spec.fmt.name, spec.rows, spec.k,
+               spec.sequences, lo, hi, split)
+        tier_bytes = self._bytes_of.get(key)
+        if tier_bytes is None:
+            tier_bytes = self._bytes_of[key] = self._tier_bytes(spec, lo, hi, split)
+        return Tensor(spec.name, spec.kind, spec.role, spec.layer, lo, hi, split, tier_bytes,
+                      fmt=spec.fmt)
 
     def _apply(self, spec: _Spec, rule: PlacementRule, default: int) -> tuple[int, int, int]:
         target = self.device.tier_index(rule.tier)
@@ -327,7 +350,7 @@ class _Placer:
             parts = [(lo, kv_bytes(near, lo)), (hi, kv_bytes(spec.rows - near, hi))]
         else:
             cols = spec.rows
-            if spec.role not in ("embedding", "attn_norm", "ffn_norm", "final_norm"):
+            if spec.role not in _ROW_UNIT_ROLES:
                 cols = min(spec.rows, split * self.tile_n)
             else:
                 cols = min(spec.rows, split)
@@ -341,13 +364,29 @@ class _Placer:
         return tuple(sorted(merged.items())) or ((lo, 0),)
 
 
+# A checkpoint's format of a tensor depends only on these arguments (WeightFormats is frozen):
+# a warm process asks once per distinct tensor, not once per tensor of every plan.
+_weight_formats = functools.lru_cache(maxsize=256)(weight_formats)
+
+
+@functools.lru_cache(maxsize=65536)
+def _format_for(formats: WeightFormats, role: str, layer: int, layers: int, n_experts: int,
+                tied: bool, k: int) -> Format:
+    return formats.for_tensor(role, layer, layers, n_experts=n_experts, tied=tied, k=k)
+
+
+@functools.lru_cache(maxsize=65536)
+def _qkv_split(formats: WeightFormats, layer: int, layers: int, n_experts: int, k: int) -> bool:
+    return formats.qkv_split(layer, layers, n_experts=n_experts, k=k)
+
+
 def _item_specs(model: Model, workload: Decode, sh: Shard, tile_n: int, final_tokens: int,
                 sequences: int, experts: range | None = None) -> list[list[_Spec]]:
     """The tensors of one chip, grouped into pipeline items: the embedding, each layer, the
     head (final norm and LM head). KV specs cover ``sequences`` sequences; an MoE layer holds
     the routed ``experts`` (all of them unless given) and the shared ones."""
     experts = range(model.experts) if experts is None else experts
-    formats = weight_formats(workload.weights)
+    formats = _weight_formats(workload.weights)
     n_experts = model.experts if model.is_moe else 0
     act = stream_format(workload)
     h, hd = model.hidden, model.head_dim
@@ -356,8 +395,8 @@ def _item_specs(model: Model, workload: Decode, sh: Shard, tile_n: int, final_to
 
     def fmt(stored_as: str, layer: int, full_k: int) -> Format:
         """The checkpoint's format of a tensor (``full_k``: its unsharded row length)."""
-        return formats.for_tensor(stored_as, layer, model.layers, n_experts=n_experts,
-                                  tied=model.tied_embeddings, k=full_k)
+        return _format_for(formats, stored_as, layer, model.layers, n_experts,
+                           model.tied_embeddings, full_k)
 
     def weight(role: str, layer: int, n: int, kk: int, name: str = "", stored_as: str = "",
                full_k: int = 0) -> _Spec:
@@ -366,7 +405,7 @@ def _item_specs(model: Model, workload: Decode, sh: Shard, tile_n: int, final_to
                      n, kk, -(-n // tile_n))
 
     def qkv(layer: int) -> list[_Spec]:
-        if not formats.qkv_split(layer, model.layers, n_experts=n_experts, k=h):
+        if not _qkv_split(formats, layer, model.layers, n_experts, h):
             return [weight("qkv", layer, (sh.heads + 2 * sh.kv_heads) * hd, h)]
         return [weight("qkv", layer, heads * hd, h, name=f"{part}.{layer}", stored_as=part)
                 for part, heads in (("q", sh.heads), ("k", sh.kv_heads), ("v", sh.kv_heads))]
@@ -608,8 +647,13 @@ def _stage_starts(device: Device, placed: list[list[Tensor]], pp: int, policy: s
 def _plan_stage(device: Device, model: Model, workload: Decode, policy: str, sh: Shard,
                 placer: _Placer, items: list[list[_Spec]], first_item: int, stage: int,
                 stages: int, *, expert_chip: int = -1, token_base: int = 0,
-                step_tokens: int = 0) -> Plan:
-    """One stage's (or, under expert parallel, one chip's) tensors and op table."""
+                step_tokens: int = 0, replicate: bool = True) -> Plan:
+    """One stage's (or, under expert parallel, one chip's) tensors and op table.
+
+    With ``replicate`` (the default), each distinct layer shape is built row by row once and
+    its other layers are copies (:class:`_LayerTemplate`); without it every layer is built row
+    by row (the reference the copies are tested against, tests/test_plan_shapes.py).
+    """
     kvfmt = get_format(workload.kv)
     act = stream_format(workload)
     act_in = get_format(workload.activations)
@@ -645,8 +689,9 @@ def _plan_stage(device: Device, model: Model, workload: Decode, policy: str, sh:
         for item in items:
             for spec in item:
                 if spec.kind == "kv":
-                    spec = dataclasses.replace(spec, sequences=(1 if spec.chunk else mb)
-                                               * sh.kv_heads)
+                    sequences = (1 if spec.chunk else mb) * sh.kv_heads
+                    if spec.sequences != sequences:
+                        spec = dataclasses.replace(spec, sequences=sequences)
                     if micro:
                         spec = dataclasses.replace(spec, name=f"{spec.name}.mb{micro}")
                     index[spec.name] = len(tensors)
@@ -660,7 +705,8 @@ def _plan_stage(device: Device, model: Model, workload: Decode, policy: str, sh:
     spilled: tuple[str, ...] = ()
     if policy == "tiered":
         tensors, spilled = _spill(device, tensors)
-    _check_capacity(device, model, workload, tensors, stage, stages)
+    need = _need(tensors)           # bytes per tier; pinning below moves none
+    _check_capacity(device, model, workload, tensors, need, stage, stages)
 
     rows: list[list[int]] = []
     floats: list[tuple[float, ...]] = []
@@ -799,6 +845,50 @@ def _plan_stage(device: Device, model: Model, workload: Decode, policy: str, sh:
                  else mb * workload.new_tokens + 1 if workload.prefill_chunk else 0)
 
     items_experts = [spec for item in items for spec in item if spec.role == "experts"]
+
+    def build_layer(layer: int, suffix: str) -> None:
+        """One layer's op rows, row by row."""
+        kv = index[f"kv.{layer}{suffix}"]
+        norm("attn_norm", layer, 1 + residual_adds + fusion.extra_kernels_per_layer)
+        if f"qkv.{layer}" in index:
+            matmul("qkv", layer, h, (sh.heads + 2 * sh.kv_heads) * hd,
+                   launches=1 if fusion.fused_qkv else 3)
+        else:           # q, k and v stored in different formats: three matmuls
+            for part, heads in (("q", sh.heads), ("k", sh.kv_heads), ("v", sh.kv_heads)):
+                matmul(part, layer, h, heads * hd, tensor=f"{part}.{layer}")
+        append = add_op("kv_append", k.OP_KV_APPEND, layer, kv, kvfmt, kk=hd)
+        append[k.C_LAUNCHES] = 0 if fusion.fused_attention_prologue else 1
+        attention = add_op("attention", k.OP_ATTENTION, layer, kv, kvfmt, kk=hd,
+                           peak=act_peak, dequant=kv_dequant)
+        if workload.prefill:
+            attention[k.C_Q_TILE] = q_tile
+        if workload.prefill_chunk:
+            chunk_attention(layer)
+        matmul("o_proj", layer, sh.heads * hd, h)
+        all_reduce("attn_allreduce", layer, h)
+        norm("ffn_norm", layer, 1 + residual_adds)
+        if model.is_moe_layer(layer):
+            moe(layer)
+        else:
+            width = sh.dense_ffn if model.is_moe else sh.ffn
+            matmul("gate", layer, h, width)
+            matmul("up", layer, h, width, launches=0 if fusion.fused_gate_up else 1)
+            matmul("down", layer, width, h)
+        all_reduce("ffn_allreduce", layer, h)
+
+    def layer_tensor_ids(item: list[_Spec], layer: int, suffix: str) -> list[int]:
+        """The tensor ids a layer's ops may name, in the order its shape lists them."""
+        ids = [index[spec.name] for spec in item if spec.kind == "weight"]
+        ids.append(index[f"kv.{layer}{suffix}"])
+        if workload.prefill_chunk:
+            ids.append(index[f"chunk_kv.{layer}"])
+        return ids
+
+    # Layers of one shape (and microbatch) share their op rows but for the REPLICATED columns:
+    # the first is built row by row, the others are copies (see _LayerTemplate).
+    templates: dict[tuple, _LayerTemplate] = {}
+    pieces: list[tuple] = []          # ("rows", first, end) or ("copies", template, layers, ids)
+    built = 0
     layers: list[int] = []
     for micro in range(workload.microbatches):
         suffix = f".mb{micro}" if micro else ""
@@ -811,33 +901,26 @@ def _plan_stage(device: Device, model: Model, workload: Decode, policy: str, sh:
                 layer = item_no - 1
                 if micro == 0:
                     layers.append(layer)
-                kv = index[f"kv.{layer}{suffix}"]
-                norm("attn_norm", layer, 1 + residual_adds + fusion.extra_kernels_per_layer)
-                if f"qkv.{layer}" in index:
-                    matmul("qkv", layer, h, (sh.heads + 2 * sh.kv_heads) * hd,
-                           launches=1 if fusion.fused_qkv else 3)
-                else:           # q, k and v stored in different formats: three matmuls
-                    for part, heads in (("q", sh.heads), ("k", sh.kv_heads), ("v", sh.kv_heads)):
-                        matmul(part, layer, h, heads * hd, tensor=f"{part}.{layer}")
-                append = add_op("kv_append", k.OP_KV_APPEND, layer, kv, kvfmt, kk=hd)
-                append[k.C_LAUNCHES] = 0 if fusion.fused_attention_prologue else 1
-                attention = add_op("attention", k.OP_ATTENTION, layer, kv, kvfmt, kk=hd,
-                                   peak=act_peak, dequant=kv_dequant)
-                if workload.prefill:
-                    attention[k.C_Q_TILE] = q_tile
-                if workload.prefill_chunk:
-                    chunk_attention(layer)
-                matmul("o_proj", layer, sh.heads * hd, h)
-                all_reduce("attn_allreduce", layer, h)
-                norm("ffn_norm", layer, 1 + residual_adds)
-                if model.is_moe_layer(layer):
-                    moe(layer)
+                item = items[item_no - first_item]
+                ids = layer_tensor_ids(item, layer, suffix)
+                key = (micro, model.is_moe_layer(layer), _shape_key(item)) if replicate else None
+                shape = templates.get(key) if replicate else None
+                if shape is None:
+                    start = len(rows)
+                    build_layer(layer, suffix)
+                    if replicate:
+                        templates[key] = _LayerTemplate.of(rows, start, ids, layer,
+                                                          workload.microbatches)
+                    continue
+                if len(rows) > built:
+                    pieces.append(("rows", built, len(rows)))
+                    built = len(rows)
+                last = pieces[-1] if pieces else None
+                if last is not None and last[0] == "copies" and last[1] is shape:
+                    last[2].append(layer)
+                    last[3].append(ids)
                 else:
-                    width = sh.dense_ffn if model.is_moe else sh.ffn
-                    matmul("gate", layer, h, width)
-                    matmul("up", layer, h, width, launches=0 if fusion.fused_gate_up else 1)
-                    matmul("down", layer, width, h)
-                all_reduce("ffn_allreduce", layer, h)
+                    pieces.append(("copies", shape, [layer], [ids]))
             else:
                 norm("final_norm", -1, 1)
                 matmul("lm_head", -1, h, sh.vocab_rows, rows=head_rows)
@@ -856,16 +939,19 @@ def _plan_stage(device: Device, model: Model, workload: Decode, policy: str, sh:
                          act_bits=TOKEN_ID_BITS)
             floats[-1] = floats[-1][:3] + send_seconds(
                 crossing_link(device, sh.tp * stages, sh.tp * stages), row)
+    if len(rows) > built:
+        pieces.append(("rows", built, len(rows)))
 
     residency = workload.residency
     if residency == "auto":
         residency = "pinned" if policy == "hybrid" else "lru"
     tensors, pinned_bits = _pin(tensors, residency, tiers[0].capacity)
-    op_int = np.array(rows, dtype=np.int64)
-    for op in range(op_int.shape[0]):
-        if op_int[op, k.C_TENSOR] >= 0:
-            op_int[op, k.C_PINNED] = int(tensors[op_int[op, k.C_TENSOR]].pinned)
-    on_chip_resident = sum(t.bytes_on(0) for t in tensors if not t.aliased)
+    op_int, op_float, op_names, op_formats, op_micro = _assemble(
+        pieces, rows, floats, op_names, op_formats, op_micro)
+    placed = np.array([(t.home, t.home_hi, t.split, int(t.pinned)) for t in tensors],
+                      dtype=np.int64).reshape(-1, len(TENSOR_COLUMNS))
+    _set_tensor_columns(op_int, placed)
+    on_chip_resident = need.get(0, 0)
     lru_capacity_bits = max(0, 8 * (tiers[0].capacity - on_chip_resident) - pinned_bits)
     return Plan(
         device=device, model=model, workload=workload, policy=policy, stage=stage,
@@ -880,13 +966,100 @@ def _plan_stage(device: Device, model: Model, workload: Decode, policy: str, sh:
         collective_latency_s=link.collective_latency_s if link else 0.0,
         runtime=stack, launch_s=device.op_launch_s,
         host_launch_s=0.0 if stack.graph else stack.launch_s,
-        op_int=op_int, op_float=np.array(floats, dtype=np.float64).reshape(-1, k.N_FLOAT_COLS),
-        op_names=tuple(op_names), op_microbatch=np.array(op_micro, dtype=np.int64),
-        op_formats=tuple(op_formats),
+        op_int=op_int, op_float=op_float, op_names=op_names, op_microbatch=op_micro,
+        op_formats=op_formats,
         tensors=tuple(tensors), residency=residency, lru_capacity_bits=lru_capacity_bits,
-        max_lru_entries=_max_lru_entries(op_int, tensors, lru_capacity_bits, workload, tiers),
+        max_lru_entries=_max_lru_entries(op_int, placed, lru_capacity_bits, workload, tiers),
         spilled=spilled,
     )
+
+
+# Plan one layer per shape ---------------------------------------------------------------------
+
+# The op-table columns that differ between two layers of one shape (and one microbatch): the
+# layer, the tensor an op reads (its id; its placement columns are then read off the tensor)
+# and an MoE op's row of the step's route table. Every other column, float, name and format is
+# the same in each of them. The microbatch (C_TOKEN_BASE, the KV caches' ids) is part of the
+# shape key, so a copy never changes it.
+REPLICATED_COLUMNS = (k.C_LAYER, k.C_TENSOR, k.C_ROUTE)
+TENSOR_COLUMNS = (k.C_HOME, k.C_HOME_HI, k.C_SPLIT, k.C_PINNED)   # read off the op's tensor
+
+
+def _shape_key(item: list[_Spec]) -> tuple:
+    """What makes two layers' op rows equal up to REPLICATED_COLUMNS (with the layer's kind,
+    dense or MoE): their tensors' formats, in order. Every other attribute of a layer's tensor
+    follows from the model and the shard; q, k and v in different formats add two tensors."""
+    return tuple([spec.fmt.name for spec in item])
+
+
+@dataclass(frozen=True)
+class _LayerTemplate:
+    """One layer's op rows, built row by row, and how to make another layer's from them."""
+
+    op_int: np.ndarray          # [op, k.C_*] of the template layer
+    first: int                  # its first row among the stage's rows built one by one
+    slot: np.ndarray            # [op]: position of the op's tensor in the layer's ids, or -1
+    routed: np.ndarray          # [op]: True where C_ROUTE names a route-table row
+    layer: int
+    microbatches: int
+
+    @classmethod
+    def of(cls, rows: list[list[int]], first: int, ids: list[int], layer: int,
+           microbatches: int) -> "_LayerTemplate":
+        """Record rows ``first ..`` of ``rows``, just built for ``layer``."""
+        op_int = np.array(rows[first:], dtype=np.int64)
+        position = {tensor: i for i, tensor in enumerate(ids)}
+        slot = np.array([position[t] if t >= 0 else -1 for t in op_int[:, k.C_TENSOR]],
+                        dtype=np.int64)
+        return cls(op_int, first, slot, op_int[:, k.C_ROUTE] >= 0, layer, microbatches)
+
+    def copies(self, layers: list[int], ids: list[list[int]]) -> np.ndarray:
+        """The op rows of ``layers`` (``ids``: each one's tensor ids), one layer after another."""
+        n, ops = len(layers), self.op_int.shape[0]
+        block = np.repeat(self.op_int[None, :, :], n, axis=0)
+        layer = np.asarray(layers, dtype=np.int64)
+        block[:, :, k.C_LAYER] = layer[:, None]
+        has = self.slot >= 0
+        block[:, has, k.C_TENSOR] = np.asarray(ids, dtype=np.int64)[:, self.slot[has]]
+        block[:, self.routed, k.C_ROUTE] += ((layer - self.layer) * self.microbatches)[:, None]
+        return block.reshape(n * ops, k.N_INT_COLS)
+
+
+def _assemble(pieces: list[tuple], rows: list[list[int]], floats: list, names: list[str],
+              formats: list[str], micro: list[int]) -> tuple:
+    """The stage's op table from the rows built one by one and the copied layers, in order."""
+    built = np.array(rows, dtype=np.int64).reshape(-1, k.N_INT_COLS)
+    ints, out_floats, out_names, out_formats, out_micro = [], [], [], [], []
+    for piece in pieces:
+        if piece[0] == "rows":
+            _, first, end = piece
+            ints.append(built[first:end])
+            out_floats += floats[first:end]
+            out_names += names[first:end]
+            out_formats += formats[first:end]
+            out_micro += micro[first:end]
+            continue
+        _, template, layers, ids = piece
+        a, b = template.first, template.first + template.op_int.shape[0]
+        count = len(layers)
+        ints.append(template.copies(layers, ids))
+        out_floats += floats[a:b] * count
+        out_names += names[a:b] * count
+        out_formats += formats[a:b] * count
+        out_micro += micro[a:b] * count
+    op_int = np.concatenate(ints) if ints else built
+    op_float = np.array(out_floats, dtype=np.float64).reshape(-1, k.N_FLOAT_COLS)
+    return (op_int, op_float, tuple(out_names), tuple(out_formats),
+            np.array(out_micro, dtype=np.int64))
+
+
+def _set_tensor_columns(op_int: np.ndarray, placed: np.ndarray) -> None:
+    """Fill TENSOR_COLUMNS of every op that reads a tensor from ``placed`` ([tensor, column]:
+    the placed tensors' home, home_hi, split and pinned flag)."""
+    tensor = op_int[:, k.C_TENSOR]
+    has = tensor >= 0
+    if has.any():
+        op_int[np.ix_(has, TENSOR_COLUMNS)] = placed[tensor[has]]
 
 
 def _need(tensors: list[Tensor]) -> dict[int, int]:
@@ -918,11 +1091,14 @@ def _spill(device: Device, tensors: list[Tensor]) -> tuple[list[Tensor], tuple[s
         moved_layers: list[int] = []
         moved_bytes = 0
         for layer in sorted(by_layer, reverse=True):
-            if _need(out).get(tier, 0) <= device.tiers[tier].capacity:
+            if need.get(tier, 0) <= device.tiers[tier].capacity:
                 break
             for i in by_layer[layer]:
                 tensor = out[i]
                 moved_bytes += tensor.bytes_on(tier)
+                for home, nbytes in tensor.tier_bytes:     # keep `need` equal to _need(out)
+                    need[home] -= nbytes
+                need[spill] = need.get(spill, 0) + tensor.bytes
                 out[i] = dataclasses.replace(tensor, home=spill, home_hi=spill, split=0,
                                              tier_bytes=((spill, tensor.bytes),))
             moved_layers.append(layer)
@@ -944,9 +1120,10 @@ def _spill(device: Device, tensors: list[Tensor]) -> tuple[list[Tensor], tuple[s
 
 
 def _check_capacity(device: Device, model: Model, workload: Decode, tensors: list[Tensor],
-                    stage: int, stages: int) -> None:
-    """Weights plus the KV cache at the last step's context must fit their tiers."""
-    for home, nbytes in sorted(_need(tensors).items()):
+                    need: dict[int, int], stage: int, stages: int) -> None:
+    """Weights plus the KV cache at the last step's context (``need``: bytes per tier) must
+    fit their tiers."""
+    for home, nbytes in sorted(need.items()):
         tier = device.tiers[home]
         if nbytes <= tier.capacity:
             continue
@@ -990,40 +1167,43 @@ def _pin(tensors: list[Tensor], residency: str, on_chip_bytes: int) -> tuple[lis
     return out, 8 * pinned_bytes
 
 
-def _max_lru_entries(op_int: np.ndarray, tensors: list[Tensor], capacity_bits: int,
+def _max_lru_entries(op_int: np.ndarray, placed: np.ndarray, capacity_bits: int,
                      workload: Decode, tiers: tuple) -> int:
-    """An upper bound on tiles the LRU can hold at once: bounded by the on-chip capacity."""
-    smallest = None
-    distinct = 0
-    for row in op_int:
-        if row[k.C_TENSOR] < 0:
-            continue
-        tensor = tensors[row[k.C_TENSOR]]
-        on_chip = tensor.home == 0 and tensor.home_hi == 0
-        if on_chip or tensor.pinned or row[k.C_KIND] == k.OP_KV_APPEND:
-            continue
-        kind = row[k.C_KIND]
-        if kind == k.OP_MATMUL:
-            tk, tn, kk, n = row[k.C_TILE_K], row[k.C_TILE_N], row[k.C_K], row[k.C_N]
-            min_k = min(tk, kk % tk or tk)
-            min_n = min(tn, n % tn or tn)
-            bits = min_k * min_n * row[k.C_ELEM_BITS]
-            distinct += -(-kk // tk) * -(-n // tn)
-        elif kind == k.OP_ATTENTION:
-            bits = 8 * kv_block_bytes(row[k.C_KV_ROW_BITS], workload.kv_block,
-                                      min(tiers[tensor.home].granularity,
-                                          tiers[tensor.home_hi].granularity))
-            distinct += 2 * row[k.C_BATCH] * row[k.C_KV_HEADS] * row[k.C_KV_MAX_BLOCKS]
-        elif kind == k.OP_EMBED:
-            bits = row[k.C_K] * row[k.C_ELEM_BITS]
-            distinct += row[k.C_M] * workload.steps
-        else:
-            bits = row[k.C_K] * row[k.C_ELEM_BITS]
-            distinct += 1
-        smallest = bits if smallest is None else min(smallest, bits)
-    if smallest is None or capacity_bits == 0:
+    """An upper bound on tiles the LRU can hold at once: the distinct tiles of the ops' tensors
+    that are neither on chip nor pinned, and at most the on-chip capacity over the smallest
+    (``placed``: as :func:`_set_tensor_columns` takes it)."""
+    if capacity_bits == 0 or not len(placed):
         return 1
-    return int(max(1, min(distinct, capacity_bits // max(int(smallest), 1) + 1)))
+    granularity = np.array([t.granularity for t in tiers], dtype=np.int64)
+    tensor = op_int[:, k.C_TENSOR]
+    kind = op_int[:, k.C_KIND]
+    where = placed[np.maximum(tensor, 0)]
+    cached = ((tensor >= 0) & (kind != k.OP_KV_APPEND) & (where[:, 3] == 0)
+              & ~((where[:, 0] == 0) & (where[:, 1] == 0)))
+    if not cached.any():
+        return 1
+    rows, kind, where = op_int[cached], kind[cached], where[cached]
+    col = {name: rows[:, c] for name, c in (("tk", k.C_TILE_K), ("tn", k.C_TILE_N), ("k", k.C_K),
+                                           ("n", k.C_N), ("m", k.C_M), ("elem", k.C_ELEM_BITS))}
+    bits = col["k"] * col["elem"]                  # an embedding row, a norm's vector
+    distinct = np.where(kind == k.OP_EMBED, col["m"] * workload.steps, 1)
+    matmul = kind == k.OP_MATMUL
+    if matmul.any():
+        tk, tn, kk, n = (col[x][matmul] for x in ("tk", "tn", "k", "n"))
+        min_k = np.minimum(tk, np.where(kk % tk == 0, tk, kk % tk))
+        min_n = np.minimum(tn, np.where(n % tn == 0, tn, n % tn))
+        bits[matmul] = min_k * min_n * col["elem"][matmul]
+        distinct[matmul] = -(-kk // tk) * -(-n // tn)
+    attention = kind == k.OP_ATTENTION
+    if attention.any():
+        att = rows[attention]
+        grain = np.minimum(granularity[where[attention, 0]], granularity[where[attention, 1]])
+        block_bytes = -(-(workload.kv_block * att[:, k.C_KV_ROW_BITS]) // 8)
+        bits[attention] = 8 * (-(-block_bytes // grain) * grain)
+        streams = 2 * att[:, k.C_BATCH] * att[:, k.C_KV_HEADS]      # K and V of each head
+        distinct[attention] = streams * att[:, k.C_KV_MAX_BLOCKS]
+    smallest = int(bits.min())
+    return int(max(1, min(int(distinct.sum()), capacity_bits // max(smallest, 1) + 1)))
 
 
 # Device figures that change no count, only time and energy: a plan made for one value serves

@@ -501,11 +501,11 @@ def summarize(counts: StepCounts, tier_names: tuple[str, ...], energy_j_per_byte
     def per_tier(values: np.ndarray) -> dict[str, int]:
         return {t: int(values[i]) for i, t in enumerate(tier_names)}
 
-    chip_read = tuple(per_tier(read_ops[op_stage == s].sum(axis=0)) for s in range(stages))
-    chip_written = tuple(per_tier(written_ops[op_stage == s].sum(axis=0)) for s in range(stages))
-    chip_weight = tuple(per_tier(read_ops[(op_stage == s) & weight_ops].sum(axis=0))
-                        for s in range(stages))
-    chip_link = tuple(int(link_ops[op_stage == s].sum()) for s in range(stages))
+    in_stage = [np.s_[:]] if stages == 1 else [op_stage == s for s in range(stages)]
+    chip_read = tuple(per_tier(read_ops[m].sum(axis=0)) for m in in_stage)
+    chip_written = tuple(per_tier(written_ops[m].sum(axis=0)) for m in in_stage)
+    chip_weight = tuple(per_tier(read_ops[m][weight_ops[m]].sum(axis=0)) for m in in_stage)
+    chip_link = tuple(int(link_ops[m].sum()) for m in in_stage)
     op_time = counts.times.sum(axis=1)
     if op_layer is not None:
         buckets = op_layer + 1
@@ -540,7 +540,11 @@ def summarize(counts: StepCounts, tier_names: tuple[str, ...], energy_j_per_byte
         peer_read, peer_written = _bytes(peers.read_bits), _bytes(peers.written_bits)
         peer_results = peers.results
 
+    any_own = bool(own.any())
+
     def system(per_op: np.ndarray, peer: np.ndarray) -> np.ndarray:
+        if not any_own:         # integers: the same sums without the boolean copies
+            return per_op.sum(axis=0) * tp + peer.sum(axis=0)
         return per_op[~own].sum(axis=0) * tp + per_op[own].sum(axis=0) + peer.sum(axis=0)
 
     read = system(read_ops, peer_read)
@@ -587,11 +591,29 @@ def _time_split(times: np.ndarray, critical: np.ndarray, op_kind: np.ndarray | N
     if op_kind is None:
         split["weights"] = float(work[critical].sum())
         return split
-    for name, kinds in (("weights", (k.OP_EMBED, k.OP_NORM, k.OP_MATMUL)),
-                        ("kv", (k.OP_ATTENTION, k.OP_KV_APPEND)),
-                        ("collectives", (k.OP_COLLECTIVE, k.OP_SEND, k.OP_ALL_TO_ALL))):
-        split[name] = float(work[critical & np.isin(op_kind, kinds)].sum())
+    spent_on = _SPENT_ON[op_kind]
+    for i, name in enumerate(_SPENT_ON_NAMES):
+        split[name] = float(work[critical & (spent_on == i)].sum())
     return split
+
+
+# What an op's time is spent on (StepSummary.time_split), by op kind.
+_SPENT_ON_KINDS = (("weights", (k.OP_EMBED, k.OP_NORM, k.OP_MATMUL)),
+                   ("kv", (k.OP_ATTENTION, k.OP_KV_APPEND)),
+                   ("collectives", (k.OP_COLLECTIVE, k.OP_SEND, k.OP_ALL_TO_ALL)))
+_SPENT_ON_NAMES = tuple(name for name, _ in _SPENT_ON_KINDS)
+
+
+def _spent_on_table() -> np.ndarray:
+    """[op kind]: the index in _SPENT_ON_NAMES of what its time is spent on."""
+    kinds = [kind for _, group in _SPENT_ON_KINDS for kind in group]
+    table = np.full(max(kinds) + 1, -1, dtype=np.int64)
+    for i, (_, group) in enumerate(_SPENT_ON_KINDS):
+        table[list(group)] = i
+    return table
+
+
+_SPENT_ON = _spent_on_table()
 
 
 def _group_rows(rows: tuple[OpRow, ...]) -> list[OpRow]:
