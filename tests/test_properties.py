@@ -57,7 +57,8 @@ def test_tensor_and_pipeline_parallel_reports_keep_the_invariants(dev, model, wo
 @settings(max_examples=examples(25))
 @given(devices, ms.models(layers=st.integers(1, 3), hidden=st.integers(1, 256),
                           ffn=st.integers(1, 256), experts=st.sampled_from([2, 4, 6])),
-       ms.decodes(batch=st.sampled_from([2, 4, 6]), context=st.integers(0, 300), ep=2))
+       ms.decodes(batch=st.sampled_from([2, 4, 6]), context=st.integers(0, 300), ep=2,
+                  routing=st.sampled_from(["uniform", "zipf:1.2", "zipf:2"])))
 def test_expert_parallel_reports_keep_the_invariants(dev, model, workload):
     """Chips side by side, each layer waiting for the slowest."""
     assert_report_invariants(memsim.emulate(dev, model, workload), dev)

@@ -74,7 +74,7 @@ def small_runs(draw):
         tp = pp = 1
     workload = memsim.Decode(
         tp=tp, pp=pp, placement=placement, ep=ep,
-        routing=draw(st.sampled_from(["uniform", "zipf:1.2"])),
+        routing=draw(st.sampled_from(["uniform", "zipf:1.2"])) if model.is_moe else "uniform",
         microbatches=1 if ep > 1 else draw(st.sampled_from([d for d in (1, 2, 3)
                                                              if batch % d == 0])),
         batch=batch, context=draw(st.integers(0, 70)),
