@@ -228,7 +228,7 @@ def cmd_search(args: argparse.Namespace) -> int:
                     devices=_device_list(args.devices) if args.devices else None,
                     weights=_names(args.formats, WEIGHT_FORMATS, "--formats"),
                     kv=_names(args.kv_formats, KV_FORMATS, "--kv-formats"), store=args.store,
-                    progress=not args.quiet and not args.json)
+                    jobs=args.jobs, progress=not args.quiet and not args.json)
     print(json.dumps(result.to_dict(), indent=2) if args.json
           else render.search_text(result, limit=args.top))
     return 0
@@ -514,6 +514,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="SQLite results store: a rerun evaluates only what it lacks (default: a "
                         "temporary one)")
     p.add_argument("--top", type=int, default=15, help="configurations to list")
+    p.add_argument("--jobs", type=int, default=2,
+                   help="local worker processes for the emulations (this machine has 2 cores)")
     p.add_argument("--quiet", action="store_true", help="no progress line")
     json_flag(p)
 

@@ -354,15 +354,21 @@ def search_text(result: Any, *, limit: int = 15) -> str:
             f"{result.met} meet the target")
     if not result.configurations:
         return _wrap(head) + "\n" + _wrap(result.explanation)
-    body = [(i, c.device, f"{c.chips}={c.tp}x{c.pp}", c.weights, c.kv,
-             f"{c.time_per_token_s * 1e3:.2f}", f"{c.tokens_per_s_total:.1f}",
-             f"{c.tokens_per_s_per_chip:.1f}", _num(c.usd_per_million_tokens, ".2f"),
-             c.bottleneck, "*" if c.pareto else "")
-            for i, c in enumerate(result.configurations[:limit], 1)]
-    lines = [_wrap(head), table(("#", "device", "chips", "weights", "kv", "ms/tok", "tok/s",
-                                 "tok/s/chip", "$/Mtok", "bound", "pareto"), body)]
-    if len(result.configurations) > limit:
-        lines.append(f"... and {len(result.configurations) - limit} more (--top, --json)")
+    ranked = list(enumerate(result.configurations, 1))
+    columns = ("#", "device", "chips", "weights", "kv", "ms/tok", "tok/s", "tok/s/chip",
+               "$/Mtok", "bound", "pareto")
+
+    def rows(pairs: Sequence[tuple[int, Any]]) -> list[tuple]:
+        return [(i, c.device, f"{c.chips}={c.tp}x{c.pp}", c.weights, c.kv,
+                 f"{c.time_per_token_s * 1e3:.2f}", f"{c.tokens_per_s_total:.1f}",
+                 f"{c.tokens_per_s_per_chip:.1f}", _num(c.usd_per_million_tokens, ".2f"),
+                 c.bottleneck, "*" if c.pareto else "") for i, c in pairs]
+    lines = [_wrap(head), table(columns, rows(ranked[:limit]))]
+    if len(ranked) > limit:
+        lines.append(f"... and {len(ranked) - limit} more (--top, --json)")
+    front = sorted((p for p in ranked if p[1].pareto), key=lambda p: p[1].time_per_token_s)
+    lines += ["", "the Pareto front, fastest first (# is the rank above):",
+              table(columns, rows(front))]
     lines.append(_wrap("ranked by $/Mtok (the device file's price per chip-hour x chips over "
                        "tok/s; fewest chips first where no price is public); pareto *: no "
                        "other configuration has both lower ms/tok and higher tok/s/chip"))

@@ -9,15 +9,14 @@ latency against throughput per chip.
 Pruning happens before emulating:
 
 - chip counts: the fewest chips that hold the model under the device's own policy
-  (:func:`memsim.capacity.fewest_chips`), then tensor parallel alone on the smallest degree
-  that shards the model and is at least that many chips, and up to :data:`TP_DOUBLINGS`
-  doublings of it, within the link domain; the chip counts are found once per device and weight
+  (:func:`memsim.capacity.fewest_chips`); when they pipeline, tensor parallel alone on the
+  smallest degree that shards the model on at least as many chips; then on at least twice as
+  many chips, :data:`TP_DOUBLINGS` times, within the link domain; the chip counts are found once per device and weight
   format, with the widest KV format asked (any narrower one fits the same chips; a narrower one
   that would fit on fewer chips is not looked for);
-- a bound: every chip reads its share of the active weights once per step, at most at the
-  device's fastest tier bandwidth, so a step takes at least ``active weight bytes / (chips x
-  fastest bandwidth)``; a point whose bound (halved, for the format's per-role exceptions)
-  already misses the target is not emulated.
+- a bound: every chip reads its share of the weights once per step, at most at the device's
+  fastest tier bandwidth, and what its on-chip tier cannot hold from the tiers beyond
+  (:func:`_bound_s`); a point whose bound already misses the target is not emulated.
 
 Targets: ``ms_per_token<=X``, ``tokens_per_s>=X`` (per sequence), ``tokens_per_s_total>=X``
 (the batch), comma-separated to combine.
@@ -52,7 +51,7 @@ from memsim.sweep import sweep
 WEIGHT_FORMATS = ("bf16", "fp8-e4m3", "int8", "int4-g128")
 KV_FORMATS = ("bf16", "fp8-e4m3")
 TP_DOUBLINGS = 1
-BOUND_SAFETY = 0.5      # the bound is halved: embeddings and heads may be stored wider or narrower
+BOUND_SAFETY = 0.9      # the bound's spare: a point within 10% of missing it is emulated
 METRICS = {"ms_per_token": "<=", "tokens_per_s": ">=", "tokens_per_s_total": ">="}
 _TARGET = re.compile(r"\s*([a-z_]+)\s*(<=|>=)\s*([0-9.eE+-]+)\s*")
 _OPS = {"<=": operator.le, ">=": operator.ge}
@@ -164,14 +163,20 @@ class SearchResult:
 
 
 def _bound_s(device: Device, model: Model, weights: str, chips: int) -> float:
-    """Seconds a step takes at least: the active weights read once over the chips, at the
-    device's fastest tier bandwidth (halved for safety; 0 for llama.cpp mixtures)."""
+    """Seconds a step takes at least: each chip reads its share of the weights a step uses
+    (every active weight but the embedding table, of which only rows are looked up), at most
+    at the device's fastest tier bandwidth, and what the on-chip tier cannot hold from the
+    tiers beyond it. The format's base bits are taken (its per-role exceptions are wider),
+    with :data:`BOUND_SAFETY` to spare; 0 for llama.cpp mixtures."""
     base = weight_formats(weights).base
     if base in MIXTURES:
         return 0.0
-    bits = get_format(base).bits_per_element(4096)
+    read = model.active_params - (0 if model.tied_embeddings else model.vocab * model.hidden)
+    per_chip = read * get_format(base).bits_per_element(4096) / 8 / chips
     fastest = max(t.bandwidth for t in device.tiers)
-    return BOUND_SAFETY * model.active_params * bits / 8 / (chips * fastest)
+    off_chip = sum(t.bandwidth for t in device.tiers[1:])
+    spilled = max(0.0, per_chip - device.tiers[0].capacity)
+    return BOUND_SAFETY * max(per_chip / fastest, spilled / off_chip if off_chip else 0.0)
 
 
 def _could_meet(targets: Sequence[Target], bound_s: float, batch: int) -> bool:
@@ -182,19 +187,23 @@ def _could_meet(targets: Sequence[Target], bound_s: float, batch: int) -> bool:
 
 
 def _systems(device: Device, model: Model, workload: Any) -> list[tuple[int, int]]:
-    """``(tp, pp)`` to emulate: the fewest chips, then tensor parallel alone from that many
-    chips, doubled up to :data:`TP_DOUBLINGS` times within the link domain."""
+    """``(tp, pp)`` to emulate: the fewest chips; when they pipeline, tensor parallel alone on
+    at least as many; then tensor parallel on at least twice as many chips,
+    :data:`TP_DOUBLINGS` times, within the link domain."""
     fewest = fewest_chips(device, model, workload, device.layout.policy)
     if not fewest.fits:
         return []
     limit = device.link.max_chips if device.link is not None else 1
     degrees = tp_degrees(model, limit, tp_ranks_per_chip(device))
-    systems = [(fewest.tp, fewest.pp)]
-    start = next((d for d in degrees if d >= fewest.chips), None)
-    while start is not None and len(systems) <= TP_DOUBLINGS + (fewest.pp > 1):
-        if (start, 1) not in systems:
-            systems.append((start, 1))
-        start = start * 2 if start * 2 in degrees else None
+    systems, chips = [(fewest.tp, fewest.pp)], fewest.chips
+    if fewest.pp > 1:                   # tensor parallel alone on about as many chips
+        chips = next((d for d in degrees if d >= chips), 0)
+        systems += [(chips, 1)] if chips else []
+    for _ in range(TP_DOUBLINGS if chips else 0):
+        chips = next((d for d in degrees if d >= 2 * chips), 0)
+        if not chips:
+            break
+        systems.append((chips, 1))
     return systems
 
 
