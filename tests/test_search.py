@@ -93,3 +93,14 @@ def test_to_dict_is_plain_data(found):
     assert json.loads(json.dumps(data))["met"] == found[0].met
     assert {"device", "tp", "pp", "chips", "pareto", "usd_per_million_tokens"} <= set(
         data["configurations"][0])
+
+
+def test_the_bound_prunes_only_points_that_miss(monkeypatch, tmp_path):
+    import memsim.search as module
+    kwargs = dict(devices=("h100-sxm", "groq-lpu"), weights=("bf16", "int4-g128"),
+                  kv=("bf16",))
+    pruned = search("llama-3-8b", "ms_per_token<=4", store=tmp_path / "a.sqlite", **kwargs)
+    monkeypatch.setattr(module, "BOUND_SAFETY", 0.0)
+    every = search("llama-3-8b", "ms_per_token<=4", store=tmp_path / "b.sqlite", **kwargs)
+    assert pruned.pruned > 0 and every.pruned == 0
+    assert pruned.configurations == every.configurations
