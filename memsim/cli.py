@@ -27,6 +27,8 @@ PARALLEL_FIELDS = ("tp", "pp", "ep", "microbatches")
 FIELD_CHOICES = {"residency": RESIDENCY_POLICIES, "policy": POLICY_CHOICES}
 FIELD_FLAGS = {"placement": "--place"}
 FIELD_METAVARS = {"placement": "SELECTOR=TIER[:FRACTION]"}
+# Decode fields with no flag of their own: a prefill step is asked for with `run --prefill N`
+LOWERED_FIELDS = ("prefill",)
 
 
 def _request(args: argparse.Namespace, name: str | None = None) -> DeviceRequest:
@@ -35,10 +37,10 @@ def _request(args: argparse.Namespace, name: str | None = None) -> DeviceRequest
                          add_tiers=tuple(args.add_tier), policy=args.policy)
 
 
-def _workload(args: argparse.Namespace, *, skip: Sequence[str] = ()) -> Decode:
+def _workload(args: argparse.Namespace, *, skip: tuple[str, ...] = ()) -> Decode:
     """The Decode a verb's generated workload flags describe."""
     fields = {f.name: getattr(args, f.name) for f in dataclasses.fields(Decode)
-              if hasattr(args, f.name) and f.name not in skip}
+              if hasattr(args, f.name) and f.name not in skip + LOWERED_FIELDS}
     if "placement" in fields:
         fields["placement"] = parse_pairs(fields["placement"], field="--place",
                                           example="SELECTOR=TIER[:FRACTION] such as kv=cxl or "
@@ -67,12 +69,28 @@ def cmd_models(args: argparse.Namespace) -> int:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
+    if args.runtime is not None:
+        from memsim.runtime import describe, runtime
+
+        data = describe(runtime(args.runtime))
+        print(json.dumps(data, indent=2) if args.json else render.runtime_text(data))
+        return 0
+    if args.device is None:
+        raise ConfigError("expected a device name or file, or --runtime NAME", field="show")
     dev = device_from(args.device)
     if args.json:
         print(json.dumps({"summary": render.device_summary(dev), "file": dev.data}, indent=2,
                          default=str))
     else:
         print(render.show_text(dev))
+    return 0
+
+
+def cmd_runtimes(args: argparse.Namespace) -> int:
+    from memsim.runtime import describe, runtime, runtime_names
+
+    data = [describe(runtime(name)) for name in runtime_names()]
+    print(json.dumps(data, indent=2) if args.json else render.runtimes_table(data))
     return 0
 
 
@@ -89,6 +107,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     from memsim.emulate import emulate
 
     dev, mod, workload = device_from(_request(args)), model_from(args.model), _workload(args)
+    if args.prefill is not None:
+        return _prefill(args, dev, mod, workload)
+    if args.cached:
+        raise ConfigError("the cached prompt prefix needs --prefill N",
+                          field="--cached")
     report = emulate(dev, mod, workload)
     cost = spill_cost(dev, mod, workload) if args.spill_cost else None
     if args.json:
@@ -96,7 +119,30 @@ def cmd_run(args: argparse.Namespace) -> int:
     elif args.csv:
         print(render.run_csv(report), end="")
     else:
-        print(report.table(per_op=args.ops) + (render.spill_cost_text(cost) if cost else ""))
+        print(render.chunk_text(report) + report.table(per_op=args.ops)
+              + (render.spill_cost_text(cost) if cost else ""))
+    return 0
+
+
+def _prefill(args: argparse.Namespace, dev: Any, mod: Any, decode: Decode) -> int:
+    """``memsim run --prefill N``: one prompt's prefill, its time to first token."""
+    from memsim.emulate import emulate
+    from memsim.workload import Prefill
+
+    if decode.prefill_chunk or decode.prefill_context or args.spill_cost:
+        raise ConfigError("--prefill runs a prompt alone; --prefill-chunk, --prefill-context "
+                          "and --spill-cost are for decode steps", field="--prefill")
+    fields = {f.name: getattr(decode, f.name) for f in dataclasses.fields(Prefill)
+              if hasattr(decode, f.name)}
+    report = emulate(dev, mod, Prefill(**fields, prompt=args.prefill, cached=args.cached))
+    ttft = {"time_to_first_token_s": report.time_per_step, "bound_by": report.bottleneck,
+            "prompt": args.prefill, "cached": args.cached}
+    if args.json:
+        print(report.to_json(extra={"prefill": ttft}))
+    elif args.csv:
+        print(render.run_csv(report, extra=ttft), end="")
+    else:
+        print(render.prefill_text(report, ttft, per_op=args.ops))
     return 0
 
 
@@ -105,6 +151,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from memsim.plan import plan_system
 
     dev, mod, workload = device_from(_request(args)), model_from(args.model), _workload(args)
+    if args.max_batch:
+        return _max_batch(args, dev, mod, workload)
     table = capacity_table(dev, mod, workload)
     refusal = None
     try:
@@ -119,6 +167,17 @@ def cmd_plan(args: argparse.Namespace) -> int:
     data = render.plan_data(dev, mod, system, table, refusal)
     print(json.dumps(data, indent=2) if args.json
           else render.plan_text(dev, data, table, all_stages=args.all_stages))
+    return 0
+
+
+def _max_batch(args: argparse.Namespace, dev: Any, mod: Any, workload: Decode) -> int:
+    """``memsim plan --max-batch``: the largest batch per chip count (or at --tp/--pp/--ep)."""
+    from memsim.capacity import max_batch, max_batch_table
+
+    rows = (max_batch_table(dev, mod, workload) if workload.chips == 1
+            else [max_batch(dev, mod, workload)])
+    print(json.dumps([r.to_dict() for r in rows], indent=2) if args.json
+          else render.max_batch_text(mod.name, workload, rows))
     return 0
 
 
@@ -162,6 +221,29 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_search(args: argparse.Namespace) -> int:
+    from memsim.search import KV_FORMATS, WEIGHT_FORMATS, search
+
+    result = search(args.model, args.target, batch=args.batch, context=args.context,
+                    devices=_device_list(args.devices) if args.devices else None,
+                    weights=_names(args.formats, WEIGHT_FORMATS, "--formats"),
+                    kv=_names(args.kv_formats, KV_FORMATS, "--kv-formats"), store=args.store,
+                    jobs=args.jobs, progress=not args.quiet and not args.json)
+    print(json.dumps(result.to_dict(), indent=2) if args.json
+          else render.search_text(result, limit=args.top))
+    return 0
+
+
+def _names(text: str | None, default: Sequence[str], field: str) -> tuple[str, ...]:
+    if text is None:
+        return tuple(default)
+    names = tuple(n.strip() for n in text.split(","))
+    if not all(names):
+        raise ConfigError(f"expected comma-separated format names such as bf16,int4-g128 "
+                          f"(see memsim formats), got {text!r}", field=field)
+    return names
+
+
 def _acceptance(text: str) -> float | list[float]:
     try:
         values = [float(v) for v in text.split(",")]
@@ -196,12 +278,23 @@ def cmd_spec(args: argparse.Namespace) -> int:
     workload = _workload(args, skip=("new_tokens", "draft_heads"))
     fields = {f.name: getattr(workload, f.name) for f in dataclasses.fields(workload)
               if f.name not in ("new_tokens", "draft_heads")}
-    report = speculative(
-        device_from(_request(args)), model_from(args.target),
-        model_from(args.draft) if args.draft else None, _gamma(args.gamma),
-        _acceptance(args.acceptance), method=args.method, tree=_tree(args.tree),
-        draft_device=device_from(args.draft_device) if args.draft_device else None,
-        draft_weights=args.draft_weights, samples=args.samples, **fields)
+    call = dict(method=args.method, tree=_tree(args.tree),
+                draft_device=device_from(args.draft_device) if args.draft_device else None,
+                draft_weights=args.draft_weights, samples=args.samples)
+    inputs = (device_from(_request(args)), model_from(args.target),
+              model_from(args.draft) if args.draft else None, _gamma(args.gamma),
+              _acceptance(args.acceptance))
+    if args.scan_batch:
+        from memsim.speculative import break_even_batch
+
+        fields.pop("batch")
+        largest, scan = break_even_batch(*inputs, **call, **fields)
+        data = {"largest_paying_batch": largest, "scan": [{"batch": b, "speedup": s}
+                                                          for b, s in scan]}
+        print(json.dumps(data, indent=2, allow_nan=False) if args.json
+              else render.break_even_text(largest, scan))
+        return 0
+    report = speculative(*inputs, **call, **fields)
     print(json.dumps(report.to_dict(), indent=2, allow_nan=False) if args.json
           else report.table())
     return 0
@@ -338,9 +431,12 @@ def _parser() -> argparse.ArgumentParser:
                              ("models", cmd_models, "the model catalog"),
                              ("formats", cmd_formats, "storage formats and their bits per weight")):
         json_flag(verb(name, func, text))
-    p = verb("show", cmd_show, "one device, every figure with its source")
-    p.add_argument("device", help="catalog name or a device .toml file")
+    p = verb("show", cmd_show, "one device (or --runtime NAME), every figure with its source")
+    p.add_argument("device", nargs="?", default=None, help="catalog name or a device .toml file")
+    p.add_argument("--runtime", default=None,
+                   help="show this software stack instead (see memsim runtimes)")
     json_flag(p)
+    json_flag(verb("runtimes", cmd_runtimes, "the software stacks a workload can run on"))
 
     p = verb("run", cmd_run, "emulate decode steps of MODEL on DEVICE")
     _device_model(p)
@@ -353,11 +449,20 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--spill-cost", action="store_true",
                    help="also emulate the device with its main memory holding everything, and "
                         "print the slowdown")
+    p.add_argument("--prefill", type=int, default=None, metavar="TOKENS",
+                   help="emulate the prefill of a prompt of this many tokens per sequence and "
+                        "print the time to first token (--batch sequences)")
+    p.add_argument("--cached", type=int, default=0, metavar="TOKENS",
+                   help="with --prefill: prompt tokens whose KV is already cached (prefix "
+                        "caching)")
 
     p = verb("plan", cmd_plan, "where MODEL's bytes live on DEVICE, and the fewest chips")
     _device_model(p)
     _workload_flags(p)
     p.add_argument("--all-stages", action="store_true", help="list every pipeline stage")
+    p.add_argument("--max-batch", action="store_true",
+                   help="the largest batch that fits at --context, per chip count (or at "
+                        "--tp/--pp/--ep), with the time per token there")
     json_flag(p)
 
     p = verb("compare", cmd_compare, "every device at the smallest system that holds MODEL")
@@ -386,7 +491,32 @@ def _parser() -> argparse.ArgumentParser:
                    help="run the draft on its own device (default: the target's first chip)")
     p.add_argument("--draft-weights", default=None,
                    help="the draft's weight format (see memsim formats; default: the target's)")
+    p.add_argument("--scan-batch", action="store_true",
+                   help="scan the batch (1 to 512) and print where speculation stops paying")
     _workload_flags(p, skip=("new_tokens", "draft_heads"))
+    json_flag(p)
+
+    p = verb("search", cmd_search, "configurations of MODEL that meet a target, cheapest first")
+    p.add_argument("model", help="catalog name or a model .toml file")
+    p.add_argument("--target", required=True,
+                   help="ms_per_token<=X, tokens_per_s>=X (per sequence), tokens_per_s_total>=X; "
+                        "comma-separated to combine")
+    p.add_argument("--batch", type=int, default=1, help="sequences decoded together")
+    p.add_argument("--context", type=int, default=4096, help="tokens in each KV cache")
+    p.add_argument("--devices", default=None,
+                   help="comma-separated device names (default: the whole catalog)")
+    p.add_argument("--formats", default=None,
+                   help="weight formats to try (see memsim formats; default: "
+                        "bf16,fp8-e4m3,int8,int4-g128)")
+    p.add_argument("--kv-formats", default=None,
+                   help="KV-cache formats to try (default: bf16,fp8-e4m3)")
+    p.add_argument("--store", default=None,
+                   help="SQLite results store: a rerun evaluates only what it lacks (default: a "
+                        "temporary one)")
+    p.add_argument("--top", type=int, default=15, help="configurations to list")
+    p.add_argument("--jobs", type=int, default=2,
+                   help="local worker processes for the emulations (this machine has 2 cores)")
+    p.add_argument("--quiet", action="store_true", help="no progress line")
     json_flag(p)
 
     p = verb("sweep", cmd_sweep, "run a study file's points into a results store")
@@ -474,7 +604,7 @@ def _workload_flags(p: argparse.ArgumentParser, *, skip: Sequence[str] = ()) -> 
     hints = typing.get_type_hints(Decode)
     helps = field_help(Decode)
     for f in dataclasses.fields(Decode):
-        if f.name in skip:
+        if f.name in skip or f.name in LOWERED_FIELDS:
             continue
         flag = FIELD_FLAGS.get(f.name, "--" + f.name.replace("_", "-"))
         if f.name in FIELD_FLAGS:

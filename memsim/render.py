@@ -98,7 +98,8 @@ def show_text(dev: Device) -> str:
              + f"; vector {format_quantity(dev.vector_ops_per_s, 'compute_rate')}",
              f"  ridge    {s['ridge_flop_per_byte']:.0f} FLOP per byte of {dev.main_memory.name}"]
     rows = [(t.name, t.kind, capacity_text(dev, i), format_quantity(t.bandwidth, "bandwidth"),
-             format_quantity(t.sustained_bandwidth, "bandwidth"),
+             format_quantity(t.sustained_bandwidth, "bandwidth")
+             + (" *" if t.sustained_defaulted else ""),
              format_quantity(t.latency_s, "time"),
              format_quantity(t.energy_j_per_byte / 8, "energy_per_bit"),
              format_quantity(t.granularity, "capacity")) for i, t in enumerate(dev.tiers)]
@@ -107,10 +108,17 @@ def show_text(dev: Device) -> str:
     layout = dev.layout
     lines.append(f"  homes    weights {layout.weights}, kv {layout.kv}, activations "
                  f"{layout.activations}" + (f", spill {layout.spill}" if layout.spill else ""))
-    if dev.link:
-        lines.append(f"  link     {format_quantity(dev.link.bandwidth, 'bandwidth')} per "
-                     f"direction, {format_quantity(dev.link.latency_s, 'time')}, "
-                     f"{dev.link.topology}, up to {dev.link.max_chips} chips")
+    if any(t.sustained_defaulted for t in dev.tiers):
+        lines.append("  * sustained bandwidth not in the device file: the default fraction of "
+                     "the peak for the tier's kind")
+    lines.append(f"  power    TDP {_watts(dev.tdp_w)}, idle {_watts(dev.idle_power_w)}; runtime "
+                 f"{dev.runtime or 'vendor (none named)'}")
+    for name, link in (("link", dev.link), ("scale-out", dev.scale_out)):
+        if link:
+            lines.append(f"  {name:<9} {format_quantity(link.bandwidth, 'bandwidth')} per "
+                         f"direction, {format_quantity(link.latency_s, 'time')}, "
+                         f"{link.topology}, {link.kind or 'kind not given'}, up to "
+                         f"{link.max_chips} chips")
     lines.append("  sources")
     lines += [f"    {key}: {text}" for key, text in dev.sources]
     return "\n".join(lines)
@@ -125,9 +133,9 @@ def formats_table(data: Sequence[dict[str, Any]]) -> str:
               "int4-gN works for any group size N >= 8.")
 
 
-def run_csv(report: Any) -> str:
+def run_csv(report: Any, extra: dict[str, Any] | None = None) -> str:
     """The op rows of a run as CSV, after ``# name,value`` lines of the summary figures
-    (``pandas.read_csv(..., comment="#")`` skips them)."""
+    (``pandas.read_csv(..., comment="#")`` skips them) and of ``extra``."""
     summary = {
         "device": report.device, "model": report.model, "chips": report.chips,
         "policy": report.policy, "time_per_token_s": repr(report.time_per_token),
@@ -139,6 +147,8 @@ def run_csv(report: Any) -> str:
         "weights_held": report.weights_held, "link_bytes": report.link_bytes,
         "flops": report.flops,
     }
+    summary.update({key: repr(v) if isinstance(v, float) else v
+                    for key, v in (extra or {}).items()})
     head = "".join(f"# {key},{value}\n" for key, value in summary.items())
     return head + report.to_csv()
 
@@ -245,3 +255,121 @@ def _wrap(line: str, width: int = COMPARE_WIDTH) -> str:
         return line
     import textwrap
     return "\n".join(textwrap.wrap(line, width, subsequent_indent="    "))
+
+
+def _watts(value: float | None) -> str:
+    return "not given" if value is None else format_quantity(value, "power")
+
+
+def runtime_text(data: dict[str, Any]) -> str:
+    """``memsim show --runtime NAME``: every figure with its unit and source."""
+    lib = data["collective_library"]
+    lines = [f"{data['name']} ({data['file']}): {data['description']}",
+             f"  {data['summary']}; {data['launches_per_dense_layer']} launches per dense layer",
+             table(("field", "value", "source"),
+                   [(r["field"], r["value"], r["source"] or "-") for r in data["figures"]]),
+             "", f"collective library {lib['name']} ({lib['file']}): {lib['description']}"]
+    lines += [f"  {key}: {value}" for key, value in lib["origin"].items()]
+    lines.append(table(("field", "value", "source"),
+                       [(r["field"], r["value"], r["source"] or "-") for r in lib["figures"]]))
+    return "\n".join(lines)
+
+
+def runtimes_table(data: Sequence[dict[str, Any]]) -> str:
+    """``memsim runtimes``: one row per software stack."""
+    def graph(d: dict[str, Any]) -> str:
+        return next((r["value"] for r in d["figures"] if r["field"] == "graph"), "-")
+    return table(("runtime", "graph", "launch", "graph launch", "host per step",
+                  "collective library"),
+                 [(d["name"], graph(d), format_quantity(d["launch_s"], "time"),
+                   format_quantity(d["graph_launch_s"], "time"),
+                   format_quantity(d["host_per_step_s"], "time"),
+                   d["collective_library"]["name"]) for d in data])
+
+
+def chunk_text(report: Any) -> str:
+    """A line above a mixed step's table: its time is the decoders' inter-token latency."""
+    chunk = report.workload.get("prefill_chunk", 0)
+    if not chunk:
+        return ""
+    return (f"inter-token latency of the {report.workload['batch']} decoding sequence(s), with "
+            f"a {chunk}-token prompt chunk (cached prompt {report.workload['prefill_context']}) "
+            f"in each step: {format_quantity(report.time_per_token, 'time')}, bound by "
+            f"{report.bottleneck}\n")
+
+
+def prefill_text(report: Any, ttft: dict[str, Any], *, per_op: bool = False) -> str:
+    """``memsim run --prefill``: the time to first token, what bounds it, bytes and energy."""
+    lines = [f"{report.model} on {report.device}: prefill of {ttft['prompt']} prompt tokens x "
+             f"batch {report.workload['batch']}"
+             + (f" after {ttft['cached']} cached" if ttft["cached"] else "")
+             + f", weights {report.workload['weights']}, kv {report.workload['kv']}",
+             f"  time to first token {format_quantity(ttft['time_to_first_token_s'], 'time')}"
+             f"  bound by {ttft['bound_by']}",
+             f"  energy              {format_quantity(report.warm.energy_j, 'energy')} for the "
+             f"prompt(s); {report.flops:,} FLOP",
+             f"  system              {report.chips} chip(s): tp {report.tp} x pp {report.pp}, "
+             f"policy {report.policy}",
+             "  whole system:"]
+    lines += [f"    {t:<6} read {report.bytes_read[t]:>20,} B   written "
+              f"{report.bytes_written[t]:>18,} B" for t in report.tier_names]
+    table_text = report.table(per_op=per_op)
+    ops = table_text[table_text.index("\n\n") + 2:] if "\n\n" in table_text else ""
+    return "\n".join(lines) + ("\n\n" + ops if ops else "")
+
+
+def max_batch_text(model: str, workload: Any, rows: Sequence[Any]) -> str:
+    """``memsim plan --max-batch``: the largest batch per chip count and its speed."""
+    body = [(r.chips, r.tp, r.pp, r.ep, r.policy, r.batch,
+             _num(r.time_per_token_s * 1e3 if r.batch else None, ".2f"),
+             _num(r.tokens_per_s_total if r.batch else None, ".0f")) for r in rows]
+    lines = [f"{model}: the largest batch whose weights and KV caches at context "
+             f"{workload.context} fit (weights {workload.weights}, kv {workload.kv})",
+             table(("chips", "tp", "pp", "ep", "policy", "max batch", "ms/token", "tok/s total"),
+                   body)]
+    lines += [f"  {r.chips} chip(s) (tp {r.tp} x pp {r.pp}): {r.reason}"
+              for r in rows if not r.batch]
+    return "\n".join(lines)
+
+
+def break_even_text(largest: int | None, scan: Sequence[tuple[int, float]]) -> str:
+    """``memsim spec --scan-batch``: speedup per batch and where speculation stops paying."""
+    lines = [table(("batch", "speedup"), [(b, f"{s:.2f}x") for b, s in scan])]
+    if largest is None:
+        lines.append("speculation pays at no batch scanned")
+    elif largest == scan[-1][0]:
+        lines.append(f"speculation still pays at batch {largest}, the largest scanned that fits")
+    else:
+        lines.append(f"speculation pays up to batch {largest}; beyond it plain decode is faster")
+    return "\n".join(lines)
+
+
+def search_text(result: Any, *, limit: int = 15) -> str:
+    """``memsim search``: the configurations that meet the target, cheapest first."""
+    head = (f"{result.model}, batch {result.batch}, context {result.context}, target "
+            f"{result.target}: {result.points} configurations emulated ({result.computed} "
+            f"new, {result.points - result.computed} read from "
+            f"{result.store or 'a temporary store'}), "
+            f"{result.pruned} ruled out before emulating, {result.errors} failed, "
+            f"{result.met} meet the target")
+    if not result.configurations:
+        return _wrap(head) + "\n" + _wrap(result.explanation)
+    ranked = list(enumerate(result.configurations, 1))
+    columns = ("#", "device", "chips", "weights", "kv", "ms/tok", "tok/s", "tok/s/chip",
+               "$/Mtok", "bound", "pareto")
+
+    def rows(pairs: Sequence[tuple[int, Any]]) -> list[tuple]:
+        return [(i, c.device, f"{c.chips}={c.tp}x{c.pp}", c.weights, c.kv,
+                 f"{c.time_per_token_s * 1e3:.2f}", f"{c.tokens_per_s_total:.1f}",
+                 f"{c.tokens_per_s_per_chip:.1f}", _num(c.usd_per_million_tokens, ".2f"),
+                 c.bottleneck, "*" if c.pareto else "") for i, c in pairs]
+    lines = [_wrap(head), table(columns, rows(ranked[:limit]))]
+    if len(ranked) > limit:
+        lines.append(f"... and {len(ranked) - limit} more (--top, --json)")
+    front = sorted((p for p in ranked if p[1].pareto), key=lambda p: p[1].time_per_token_s)
+    lines += ["", "the Pareto front, fastest first (# is the rank above):",
+              table(columns, rows(front))]
+    lines.append(_wrap("ranked by $/Mtok (the device file's price per chip-hour x chips over "
+                       "tok/s; fewest chips first where no price is public); pareto *: no "
+                       "other configuration has both lower ms/tok and higher tok/s/chip"))
+    return "\n".join(lines)

@@ -301,7 +301,11 @@ def _unknown_unit_message(value: str, unit: str, dimension: str) -> str:
     accepted = units_of(dimension)
     hint = ""
     same_letters = [u for u in accepted if u.lower() == unit.lower()]
-    if same_letters:
+    per_second = unit[:-2] + "/s" if unit.lower().endswith("ps") else ""
+    if per_second in accepted:          # '5TBps': bytes per second written as 'bps' is
+        hint = (f" (did you mean {per_second!r}? 'ps' units are bits per second: "
+                f"{unit[:-3] + 'bps'!r} is {unit[:-3] + 'b/s'!r})")
+    elif same_letters:
         hint = (f" (units are case-sensitive: 'B' is a byte, 'b' a bit; did you mean "
                 f"{' or '.join(repr(u) for u in same_letters)}?)")
     return (f"unknown {name} unit {unit!r} in {value!r}{hint}; accepted units: "
