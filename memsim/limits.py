@@ -19,6 +19,7 @@ Example::
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import TYPE_CHECKING
@@ -164,10 +165,15 @@ def _check_shape(model: Model, workload: Decode) -> None:
 
 def _widest_weight_format(model: Model, weights: str) -> Format:
     """The checkpoint's widest weight format (an upper bound for every role's bits)."""
+    return _widest_format(model.layers, weights)
+
+
+@lru_cache(maxsize=256)
+def _widest_format(layers: int, weights: str) -> Format:
     formats = weight_formats(weights)
-    found = [formats.for_tensor(role, layer, model.layers) for role in ROLES
-             for layer in range(min(model.layers, 8)) if role not in ("embedding", "lm_head")]
-    found += [formats.for_tensor(role, -1, model.layers) for role in ("embedding", "lm_head")]
+    found = [formats.for_tensor(role, layer, layers) for role in ROLES
+             for layer in range(min(layers, 8)) if role not in ("embedding", "lm_head")]
+    found += [formats.for_tensor(role, -1, layers) for role in ("embedding", "lm_head")]
     return max(found, key=lambda f: f.tensor_bits((1, 4096)))
 
 

@@ -386,7 +386,7 @@ class Report:
         """One CSV row per op of the warm step, bytes per tier in columns."""
         out = io.StringIO()
         writer = csv.writer(out, lineterminator="\n")
-        writer.writerow(["index", "stage", "microbatch", "layer", "op"]
+        writer.writerow(["index", "stage" if self.ep == 1 else "chip", "microbatch", "layer", "op"]
                         + [f"bytes_read_{t}" for t in self.tier_names]
                         + [f"bytes_written_{t}" for t in self.tier_names]
                         + ["link_bytes", "hits", "misses", "flops", "vector_ops", "waves",
@@ -405,7 +405,8 @@ class Report:
             f"{self.model} on {self.device}: batch {self.workload['batch']}, context "
             f"{self.workload['context']}, weights {self.workload['weights']}, kv "
             f"{self.workload['kv']}",
-            f"  time per token   {format_quantity(self.time_per_token, 'time')}  "
+            ("  inter-token latency " if self.workload.get("prefill_chunk") else
+             "  time per token   ") + f"{format_quantity(self.time_per_token, 'time')}  "
             f"({self.tokens_per_s:.1f} tokens/s per sequence, "
             f"{self.tokens_per_s_total:.1f} in aggregate)",
             f"  cycles           {self.cycles:,.0f} at {format_quantity(self.clock_hz, 'frequency')}",
@@ -454,14 +455,16 @@ class Report:
             for note in holding.spilled:
                 lines.append(f"  spilled (stage {holding.stage}): {note}")
         lines.append("")
-        rows = self.ops if per_op else _group_rows(self.ops)
-        header = (f"  {'layer':>5} {'op':<12}" + "".join(f" {t + ' read B':>18}"
-                                                        for t in self.tier_names)
+        chip_column = self.ep > 1             # expert-parallel chips' rows side by side
+        rows = self.ops if per_op else _group_rows(self.ops, by_chip=chip_column)
+        header = (("  chip" if chip_column else "") + f"  {'layer':>5} {'op':<12}"
+                  + "".join(f" {t + ' read B':>18}" for t in self.tier_names)
                   + f" {'time':>11} {'bound by':>9}")
         lines.append(header)
         for row in rows:
             layer = "all" if row.layer == -2 else ("-" if row.layer < 0 else str(row.layer))
-            lines.append(f"  {layer:>5} {row.name:<12}"
+            lines.append((f"  {row.stage:>4}" if chip_column else "")
+                         + f"  {layer:>5} {row.name:<12}"
                          + "".join(f" {row.bytes_read[t]:>18,}" for t in self.tier_names)
                          + f" {format_quantity(row.time_s, 'time', digits=4):>11}"
                          + f" {row.bound_by:>9}")
@@ -616,12 +619,14 @@ def _spent_on_table() -> np.ndarray:
 _SPENT_ON = _spent_on_table()
 
 
-def _group_rows(rows: tuple[OpRow, ...]) -> list[OpRow]:
-    """Sum per-layer rows of the same op into one row (layer -2 means 'all layers')."""
+def _group_rows(rows: tuple[OpRow, ...], *, by_chip: bool = False) -> list[OpRow]:
+    """Sum per-layer rows of the same op into one row (layer -2 means 'all layers'), one per
+    chip when ``by_chip`` (expert-parallel chips side by side)."""
     order: list[str] = []
     groups: dict[str, list[OpRow]] = {}
     for row in rows:
         key = row.name if row.layer >= 0 else f"{row.name}@{row.index}"
+        key = f"{row.stage}:{key}" if by_chip else key
         if key not in groups:
             order.append(key)
             groups[key] = []

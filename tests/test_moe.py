@@ -224,3 +224,16 @@ def test_run_and_compare_take_moe_models(capsys):
     assert main(["compare", "mixtral-8x7b", "--devices", "h100-sxm,mi300x", "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)
     assert [r["fits"] for r in rows] == [True, True] and rows[0]["chips"] == 2
+
+
+def test_expert_parallel_tables_list_each_chips_rows_once_with_a_chip_column():
+    """Issue 15 item 4: per-chip op rows of an EP run, once each, labelled by chip."""
+    model = moe_model(8, 2, layers=2)
+    report = memsim.emulate("h100-sxm", model, batch=4, context=64, ep=4)
+    lines = report.table().splitlines()
+    header = next(i for i, line in enumerate(lines) if line.split()[:2] == ["chip", "layer"])
+    rows = [line.split() for line in lines[header + 1:]]
+    keys = [(row[0], row[1], row[2]) for row in rows]
+    assert len(keys) == len(set(keys))
+    assert {row[0] for row in rows} == {"0", "1", "2", "3"}
+    assert report.to_csv().splitlines()[0].startswith("index,chip,")
