@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from memsim.datafile import (catalog_names, read_catalog_entry, read_toml_text, require_bool,
-                             require_str, require_table)
+from memsim.datafile import (catalog_names, decode_text, read_catalog_entry, read_toml_text,
+                             require_bool, require_str, require_table)
 from memsim.errors import ConfigError
 from memsim.units import parse_quantity
 
@@ -322,18 +322,7 @@ def read_model_text(path: Path) -> str:
     if len(raw) > MAX_FILE_BYTES:
         raise ConfigError(f"larger than {MAX_FILE_BYTES >> 10} KiB; a model file is a TOML or "
                           "config.json of a few KiB (weights are not read)", file=file)
-    if raw.startswith((b"\xff\xfe", b"\xfe\xff")):
-        raise ConfigError("is UTF-16; save it as UTF-8", file=file)
-    if raw.startswith(b"\xef\xbb\xbf"):
-        raise ConfigError("starts with a UTF-8 byte-order mark; save it as UTF-8 without BOM",
-                          file=file)
-    if b"\x00" in raw:
-        raise ConfigError("is a binary file, not a model TOML or config.json", file=file)
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"is not UTF-8 (byte {exc.start}: {raw[exc.start]:#04x}); save it as "
-                          "UTF-8", file=file) from None
+    return decode_text(raw, file=file)
 
 
 def read_json_text(text: str, *, file: str) -> dict[str, Any]:
