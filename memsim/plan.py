@@ -31,6 +31,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -230,6 +231,10 @@ def crossing_link(device: Device, boundary: int, span: int) -> Link:
     return device.scale_out
 
 
+# The op columns a collective's time depends on (its buffer, chips, passes and hops).
+COLLECTIVE_COLUMNS = (k.C_M, k.C_K, k.C_ACT_BITS, k.C_CHIPS, k.C_PASSES, k.C_LINK_STEPS)
+
+
 def collective_seconds(stack: Runtime, device: Device, row: np.ndarray) -> tuple[float, float]:
     """Bandwidth and latency time of the collective in op row ``row``, as the stack's library
     runs it (:func:`memsim.runtime.collective_time`), on the link domain or, for a group larger
@@ -248,8 +253,13 @@ def collective_seconds(stack: Runtime, device: Device, row: np.ndarray) -> tuple
     return timed.bandwidth_s, timed.latency_s + start_up
 
 
-def send_seconds(link: Link, row: list[int]) -> tuple[float, float]:
-    """A pipeline hand-off's bandwidth and latency time over ``link``."""
+def send_seconds(device: Device, row: Sequence[int], *, to_first: bool, stage: int,
+                 stages: int, tp: int) -> tuple[float, float]:
+    """A pipeline hand-off's bandwidth and latency time over the link it crosses: stage
+    ``stage``'s activations to the next stage, or (``to_first``) the sampled tokens from the last
+    stage back to the first, across the whole system."""
+    boundary, span = (tp * stages, tp * stages) if to_first else (tp * (stage + 1), tp)
+    link = crossing_link(device, boundary, span)
     return row[k.C_M] * row[k.C_K] * row[k.C_ACT_BITS] / 8.0 / link.bandwidth, link.latency_s
 
 
@@ -933,12 +943,12 @@ def _plan_stage(device: Device, model: Model, workload: Decode, policy: str, sh:
         if stage < stages - 1:
             row = add_op("send", k.OP_SEND, -1, -1, act, m=m_rows, kk=h)
             floats[-1] = floats[-1][:3] + send_seconds(
-                crossing_link(device, sh.tp * (stage + 1), sh.tp), row)
+                device, row, to_first=False, stage=stage, stages=stages, tp=sh.tp)
         elif stages > 1:
             row = add_op("send_tokens", k.OP_SEND, -1, -1, act, m=m_rows, kk=1,
                          act_bits=TOKEN_ID_BITS)
             floats[-1] = floats[-1][:3] + send_seconds(
-                crossing_link(device, sh.tp * stages, sh.tp * stages), row)
+                device, row, to_first=True, stage=stage, stages=stages, tp=sh.tp)
     if len(rows) > built:
         pieces.append(("rows", built, len(rows)))
 
@@ -1231,12 +1241,21 @@ def retarget(system: SystemPlan, device: Device) -> SystemPlan:
     for plan in system.stages:
         op_float = plan.op_float.copy()
         kinds = plan.op_int[:, k.C_KIND]
-        for op in np.flatnonzero(kinds == k.OP_MATMUL):
-            path = matmul_path(device, get_format(plan.op_formats[op]), act_in)
-            op_float[op, k.F_PEAK] = path.peak_ops_per_s
-            op_float[op, k.F_DEQUANT_OPS] = path.dequant_ops_per_weight
+        for name in set(plan.op_formats[op] for op in np.flatnonzero(kinds == k.OP_MATMUL)):
+            path = matmul_path(device, get_format(name), act_in)
+            rows = (kinds == k.OP_MATMUL) & (np.array(plan.op_formats) == name)
+            op_float[rows, k.F_PEAK] = path.peak_ops_per_s
+            op_float[rows, k.F_DEQUANT_OPS] = path.dequant_ops_per_weight
+        priced: dict[tuple[int, ...], tuple[float, float]] = {}
         for op in np.flatnonzero(kinds == k.OP_COLLECTIVE):
-            op_float[op, k.F_LINK_S:] = collective_seconds(plan.runtime, device, plan.op_int[op])
+            key = tuple(int(plan.op_int[op, c]) for c in COLLECTIVE_COLUMNS)
+            if key not in priced:
+                priced[key] = collective_seconds(plan.runtime, device, plan.op_int[op])
+            op_float[op, k.F_LINK_S:] = priced[key]
+        for op in np.flatnonzero(kinds == k.OP_SEND):     # the link each hand-off crosses
+            op_float[op, k.F_LINK_S:] = send_seconds(
+                device, plan.op_int[op], to_first=plan.op_names[op] == "send_tokens",
+                stage=plan.stage, stages=plan.stages, tp=system.shard.tp)
         op_float[kinds == k.OP_ATTENTION, k.F_PEAK] = act_peak
         stages.append(dataclasses.replace(
             plan, device=device, op_float=op_float,

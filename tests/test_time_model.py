@@ -7,6 +7,7 @@ separately, the runtime's launches and host time, the static power of every chip
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 import memsim
@@ -165,3 +166,22 @@ def test_a_runtime_what_if_rides_on_the_device_request():
     with pytest.raises(memsim.ConfigError, match="unknown key") as info:
         dev.with_overrides({"runtime.nonsense": "1"})
     assert info.value.field == "nonsense"
+
+
+@pytest.mark.parametrize("path, value", [("link.bandwidth", "900 GB/s"),
+                                         ("link.latency", "2 us"),
+                                         ("tiers.hbm.bandwidth", "5 TB/s")])
+def test_a_timing_what_if_reprices_every_link_op_as_a_fresh_plan_does(path, value):
+    """memsim.plan.retarget (the sweep's reuse of a plan across timing-only what-ifs) must give
+    the op table a plan of the new device gives: collectives and pipeline hand-offs (within a
+    link domain and across the scale-out network) included."""
+    from memsim.plan import retarget
+    model, base = memsim.model("llama-3-8b"), memsim.device("h100-sxm")
+    what_if = base.with_overrides({path: value})
+    for tp, pp in ((2, 3), (8, 2)):          # hand-offs inside the NVLink domain, then across
+        workload = memsim.Decode(batch=2, context=128, tp=tp, pp=pp)
+        reused = retarget(plan_system(base, model, workload), what_if)
+        fresh = plan_system(what_if, model, workload)
+        for a, b in zip(reused.stages, fresh.stages):
+            np.testing.assert_array_equal(a.op_float, b.op_float)
+            np.testing.assert_array_equal(a.op_int, b.op_int)
