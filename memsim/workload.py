@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from memsim.checkpoints import MIXTURES, usual_activations, weight_formats
+from memsim.checkpoints import usual_activations, weight_formats
 from memsim.errors import ConfigError
 from memsim.formats import get_format
 from memsim.runtime import Runtime, runtime_names
@@ -155,8 +155,7 @@ class Decode:
                                                          minimum=minimums.get(name, 1)))
         object.__setattr__(self, "weights", weight_formats(self.weights, field="weights").name)
         if self.activations == "auto":
-            base = weight_formats(self.weights).base
-            object.__setattr__(self, "activations", usual_activations(MIXTURES.get(base, base)))
+            object.__setattr__(self, "activations", usual_activations(self.weights))
         for name in ("kv", "activations"):
             get_format(getattr(self, name), field=name)
         if get_format(self.activations).name not in ACTIVATION_FORMATS:
