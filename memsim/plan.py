@@ -208,8 +208,13 @@ def resolve_runtime(device: Device, workload: Decode) -> Runtime:
         stack = runtime(workload.runtime)
     else:
         stack = runtime(device.runtime or "vendor")
-    return stack.with_overrides(dict(device.runtime_overrides)) if device.runtime_overrides \
-        else stack
+    return _with_what_ifs(stack, device.runtime_overrides) if device.runtime_overrides else stack
+
+
+@functools.lru_cache(maxsize=64)
+def _with_what_ifs(stack: Runtime, overrides: tuple[tuple[str, object], ...]) -> Runtime:
+    """A runtime with a device's ``runtime.*`` what-ifs, parsed once (not per stage)."""
+    return stack.with_overrides(dict(overrides))
 
 
 # A device file's link kinds as the collective libraries' cost tables know them (DCN is the
