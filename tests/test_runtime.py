@@ -329,7 +329,7 @@ def test_simple_model_is_a_ring_over_the_hops():
     assert t.latency_s == pytest.approx(2 * hops * 1e-6)
     assert t.bandwidth_s == pytest.approx(2 * (n - 1) / n * size / 100e9)
     gather = collective_time(runtime("neuron"), "all_gather", size, n, "other", 100e9, 1e-6, hops)
-    assert gather.latency_s == pytest.approx(hops * 1e-6)
+    assert gather.latency_s == pytest.approx(58e-6 + hops * 1e-6)   # nccom-test's floor + hops
     assert gather.bandwidth_s == pytest.approx((n - 1) / n * size / 100e9)
 
 
