@@ -23,7 +23,9 @@ decides; a real GEMM's rasterization keeps a strip hot in L2 the same way). Its 
 (``C_Q_TILE``) is flash attention: one unit per (sequence, KV head, query tile) reading, causally,
 the K/V blocks up to its last query position, so the blocks are re-read per query tile through
 the on-chip tier; the FLOPs are the exact causal count (each query position sees itself and
-every earlier token).
+every earlier token). A cache holds ``C_KV_PARTS`` rows per token and KV head: K and V, or
+multi-head latent attention's one latent, which the scores read ``C_HEAD_DIM`` wide and the
+weighted sum ``C_V_DIM`` wide (every head of a sequence is one unit's rows, as FlashMLA runs it).
 Each op also pays the device's launch and synchronisation overhead. Time is split into the column
 of whatever bound it, so an op's ``bound by`` is the largest column.
 

@@ -438,9 +438,10 @@ def _item_specs(model: Model, workload: Decode, sh: Shard, tile_n: int, final_to
 
     def mla(layer: int) -> list[_Spec]:
         """MLA's tensors before the cache, absorbed as engines run it at decode (``mla_in``
-        in :func:`_plan_stage`): the query's projections, ``kv_a`` (replicated: every chip holds it
-        whole), and kv_b's key half as ``w_uk`` (per head, nope x kv_lora_rank, applied to the
-        query); kv_b's value half is ``w_uv``, after attention."""
+        in :func:`_plan_stage`): the query's projections, ``kv_a``, and kv_b's key half as
+        ``w_uk`` (per head, nope x kv_lora_rank, applied to the query); kv_b's value half is
+        ``w_uv``, after attention. ``q_a`` and ``kv_a`` are whole on every chip (vLLM's and
+        SGLang's ``ReplicatedLinear``); the others are split by heads."""
         rank, nope = model.kv_lora_rank, model.qk_nope_head_dim
         q_out = sh.heads * (nope + model.qk_rope_head_dim)
         if model.q_lora_rank:
@@ -906,7 +907,7 @@ def _plan_stage(device: Device, model: Model, workload: Decode, policy: str, sh:
     items_experts = [spec for item in items for spec in item if spec.role == "experts"]
 
     def mla_in(layer: int) -> None:
-        """MLA up to its cache, absorbed (DeepSeek-V2 report, arXiv 2405.04434, section 2.1.3;
+        """MLA up to its cache, absorbed (DeepSeek-V2 report, arXiv 2405.04434, section 2.1;
         vLLM's and SGLang's MLA decode): the query's projections, the latent's down-projection
         ``kv_a`` with its norm (one launch with ``q_a`` when the stack fuses QKV, as
         ``fused_qkv_a_proj``), and ``w_uk``, each head's query times its slice of kv_b's keys
