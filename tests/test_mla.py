@@ -14,7 +14,8 @@ import memsim
 from memsim import ConfigError
 from memsim.emulate import NO_ROUTES, Residency, SystemRun, run_step
 from memsim.model import check_shape, parse_model
-from memsim.plan import plan_system
+from memsim.kernels import step as walker
+from memsim.plan import kv_cache_bytes, plan_system
 from memsim.testing import examples
 from tests import reference
 
@@ -144,6 +145,25 @@ def test_tensor_parallel_replicates_the_latent_and_kv_a():
     held = {tp: plan_system(device, model, memsim.Decode(batch=2, context=64, tp=tp))
             .stages[0].bytes_by_tier("kv")["hbm"] for tp in (1, 4)}
     assert held[4] == held[1]
+
+
+def test_kv_cache_bytes_hold_one_latent_row():
+    """The plan's KV sizing (capacity checks, ``memsim plan``): one row per token and layer, not
+    two, and the walker's columns say so; grouped-query attention keeps K and V."""
+    model = mla_model(rank=56, rope=8)
+    workload = memsim.Decode(batch=3, context=100, kv_block=16)
+    blocks = -(-101 // 16)
+    assert kv_cache_bytes(model, workload, 101, 32) == 3 * blocks * 16 * 64 * 2
+    plan = plan_system(memsim.device("h100-sxm"), model, workload).stages[0]
+    cache_ops = (walker.OP_ATTENTION, walker.OP_KV_APPEND)
+    rows = plan.op_int[np.isin(plan.op_int[:, walker.C_KIND], cache_ops)]
+    assert (rows[:, walker.C_KV_PARTS] == 1).all() and (rows[:, walker.C_KV_HEADS] == 1).all()
+    assert (rows[:, walker.C_HEAD_DIM] == 64).all() and (rows[:, walker.C_V_DIM] == 56).all()
+    llama = plan_system(memsim.device("h100-sxm"), memsim.model("llama-3-8b"),
+                        memsim.Decode()).stages[0].op_int
+    attention = llama[llama[:, walker.C_KIND] == walker.OP_ATTENTION]
+    assert (attention[:, walker.C_KV_PARTS] == 2).all()
+    assert (attention[:, walker.C_V_DIM] == 128).all()
 
 
 def test_deepseek_v3_runs_on_eight_b200():
