@@ -23,7 +23,9 @@ decides; a real GEMM's rasterization keeps a strip hot in L2 the same way). Its 
 (``C_Q_TILE``) is flash attention: one unit per (sequence, KV head, query tile) reading, causally,
 the K/V blocks up to its last query position, so the blocks are re-read per query tile through
 the on-chip tier; the FLOPs are the exact causal count (each query position sees itself and
-every earlier token).
+every earlier token). A cache holds ``C_KV_PARTS`` rows per token and KV head: K and V, or
+multi-head latent attention's one latent, which the scores read ``C_HEAD_DIM`` wide and the
+weighted sum ``C_V_DIM`` wide (every head of a sequence is one unit's rows, as FlashMLA runs it).
 Each op also pays the device's launch and synchronisation overhead. Time is split into the column
 of whatever bound it, so an op's ``bound by`` is the largest column.
 
@@ -73,7 +75,7 @@ C_HEAD_DIM = 19
 C_CONTEXT = 20      # tokens in each sequence's cache before the first emulated step
 C_NEW_TOKENS = 21
 C_KV_BLOCK = 22
-C_KV_ROW_BITS = 23  # one token's K (or V) of one head, metadata included
+C_KV_ROW_BITS = 23  # one token's cached row (K, V or latent) of one head, metadata included
 C_ACT_BITS = 24     # activation element bits
 C_KV_MAX_BLOCKS = 25  # KV blocks per sequence at the last emulated step (spaces tile indices)
 C_HOME_HI = 26      # home tier of the units at and above C_SPLIT
@@ -91,7 +93,10 @@ C_GEMV = 37         # 1: a matmul may run as a GEMV on the vector units (no M pa
 C_ACT_REUSE = 38    # N tiles of a matmul that read one staged activation chunk (a CTA's width)
 C_TILE_M = 39       # matmul rows per M tile (a CTA's output rows); 0: M is one tile (decode)
 C_Q_TILE = 40       # attention: new tokens per query tile (flash attention); 0: one tile
-N_INT_COLS = 41
+C_KV_PARTS = 41     # attention, KV append: cached rows per token and KV head (2: K and V;
+                    # 1: multi-head latent attention's one latent row, keys and values both)
+C_V_DIM = 42        # attention: width of a head's values (C_HEAD_DIM is the keys' width)
+N_INT_COLS = 43
 
 # Columns of the float64 op table.
 F_PEAK = 0          # matrix operations/s the op runs at (whole chip)
@@ -584,10 +589,11 @@ def _fill_streamed(tensor, n_tiles, total_bits, k, n, tk, tn, k_tiles, aligned, 
 
 
 @jit
-def _fill_streamed_kv(tensor, streams, blocks, max_blocks, split_at, bits_lo, bits_hi,
+def _fill_streamed_kv(tensor, streams, parts, blocks, max_blocks, split_at, bits_lo, bits_hi,
                       total_bits, a):
-    """``_fill_streamed`` for a KV cache: its visited tiles are K and V of blocks 0 .. blocks-1
-    of every stream, numbered (stream max_blocks + block) 2 + kv."""
+    """``_fill_streamed`` for a KV cache: its visited tiles are the ``parts`` rows (K and V, or
+    one latent) of blocks 0 .. blocks-1 of every stream, numbered
+    (stream max_blocks + block) parts + part."""
     cap = a[0, S_CAPACITY_BITS]
     low = min(split_at, blocks)
     start_stream = 0
@@ -600,10 +606,10 @@ def _fill_streamed_kv(tensor, streams, blocks, max_blocks, split_at, bits_lo, bi
         done = False
         start_stream = streams
         for stream in range(streams - 1, -1, -1):
-            base = stream * max_blocks * 2
+            base = stream * max_blocks * parts
             for part in range(1, -1, -1):
-                lo = base + (0 if part == 0 else 2 * low)
-                hi = base + (2 * low if part == 0 else 2 * blocks)
+                lo = base + (0 if part == 0 else parts * low)
+                hi = base + (parts * low if part == 0 else parts * blocks)
                 bits = bits_lo if part == 0 else bits_hi
                 if lo >= hi:
                     continue
@@ -615,10 +621,10 @@ def _fill_streamed_kv(tensor, streams, blocks, max_blocks, split_at, bits_lo, bi
                 break
     a[0, S_CURSOR] = NIL
     for stream in range(start_stream, streams):
-        base = stream * max_blocks * 2
+        base = stream * max_blocks * parts
         for part in range(2):
-            lo = max(start, base + (0 if part == 0 else 2 * low))
-            hi = base + (2 * low if part == 0 else 2 * blocks)
+            lo = max(start, base + (0 if part == 0 else parts * low))
+            hi = base + (parts * low if part == 0 else parts * blocks)
             if lo < hi:
                 _append_run(tensor, lo, hi, bits_lo if part == 0 else bits_hi, a)
 
@@ -763,6 +769,8 @@ def _attention(op, op_int, op_float, step, n_cores, vector_rate, tier_bandwidth,
     kv_heads = op_int[op, C_KV_HEADS]
     q_per_kv = op_int[op, C_Q_PER_KV]
     head_dim = op_int[op, C_HEAD_DIM]
+    v_dim = op_int[op, C_V_DIM]
+    parts = op_int[op, C_KV_PARTS]
     new_tokens = op_int[op, C_NEW_TOKENS]
     block = op_int[op, C_KV_BLOCK]
     max_blocks = op_int[op, C_KV_MAX_BLOCKS]
@@ -819,16 +827,16 @@ def _attention(op, op_int, op_float, step, n_cores, vector_rate, tier_bandwidth,
                 # every block misses: the unit's blocks below and above the split at once
                 low = max(0, min(j1, split_at) - j0)
                 high = (j1 - j0) - low
-                misses += 2 * (j1 - j0)
-                miss_bits += 2 * (low * bits_lo + high * bits_hi)
-                wave_bits[home_lo] += 2 * low * bits_lo
-                wave_bits[home_hi] += 2 * high * bits_hi
-                wave_on_chip += 2 * (low * bits_lo + high * bits_hi)
+                misses += parts * (j1 - j0)
+                miss_bits += parts * (low * bits_lo + high * bits_hi)
+                wave_bits[home_lo] += parts * low * bits_lo
+                wave_bits[home_hi] += parts * high * bits_hi
+                wave_on_chip += parts * (low * bits_lo + high * bits_hi)
             for j in range(j0, j1 if not streamed else j0):
                 home = home_lo if j < split_at else home_hi
                 block_bits = bits_lo if j < split_at else bits_hi
-                for kv in range(2):
-                    t = (stream * max_blocks + j) * 2 + kv
+                for kv in range(parts):
+                    t = (stream * max_blocks + j) * parts + kv
                     if streamed:
                         misses += 1
                         miss_bits += block_bits
@@ -847,29 +855,30 @@ def _attention(op, op_int, op_float, step, n_cores, vector_rate, tier_bandwidth,
             for i in range(q0, q1):
                 seen = tokens - new_tokens + i + 1
                 visible += max(0, min(tok1, seen) - tok0)
-            results[op, R_FLOPS] += 4 * head_dim * q_per_kv * visible
+            # scores over the keys' width, then the weighted sum over the values' width
+            results[op, R_FLOPS] += 2 * (head_dim + v_dim) * q_per_kv * visible
             vector_ops = (SOFTMAX_OPS * q_per_kv * visible
-                          + dequant_ops * 2 * head_dim * (tok1 - tok0))
+                          + dequant_ops * parts * head_dim * (tok1 - tok0))
             results[op, R_VECTOR_OPS] += np.int64(vector_ops)
             unit_rows = q_per_kv * (q1 - q0)
             results[op, R_ACT_READ_BITS] += unit_rows * head_dim * act_bits
-            results[op, R_ACT_WRITTEN_BITS] += unit_rows * head_dim * out_bits
-            wave_on_chip += unit_rows * head_dim * (act_bits + out_bits)
+            results[op, R_ACT_WRITTEN_BITS] += unit_rows * v_dim * out_bits
+            wave_on_chip += unit_rows * (head_dim * act_bits + v_dim * out_bits)
             if q_tiles > 1:
                 rows_charged = _padded_rows(unit_rows, op_int[op, C_M_GRAIN])
-            unit_s = (4.0 * head_dim * rows_charged * (tok1 - tok0) / core_peak
+            unit_s = (2.0 * (head_dim + v_dim) * rows_charged * (tok1 - tok0) / core_peak
                       + vector_ops / core_vector)
             slowest = max(slowest, unit_s)
         if w == waves - 1 and split > 1:
             # each query row's partial output plus its running max and sum
-            wave_on_chip += _split_reduction(op, streams * rows, head_dim + 2, head_dim, split,
+            wave_on_chip += _split_reduction(op, streams * rows, v_dim + 2, v_dim, split,
                                              act_bits, results)
         wave_bits[0] += wave_on_chip
         _charge_misses(op, wave_bits, read_bits)
         _close_wave(op, wave_bits, slowest, tier_bandwidth, tier_latency_s, times)
     if streamed:
-        _fill_streamed_kv(tensor, streams, blocks, max_blocks, split_at, bits_lo, bits_hi,
-                          miss_bits, arena)
+        _fill_streamed_kv(tensor, streams, parts, blocks, max_blocks, split_at, bits_lo,
+                          bits_hi, miss_bits, arena)
     results[op, R_WAVES] += waves
     _record_tiles(op, hits, misses, hit_bits, miss_bits, read_bits, written_bits, results)
 
@@ -877,12 +886,14 @@ def _attention(op, op_int, op_float, step, n_cores, vector_rate, tier_bandwidth,
 @jit
 def _kv_append(op, op_int, step, n_cores, tier_bandwidth, tier_latency_s, tier_granularity,
                written_bits, results, times, wave_bits):
-    """Write each sequence's new K and V rows of every KV head to the tier of their block.
+    """Write each sequence's new cached rows (K and V, or MLA's latent) of every KV head to the
+    tier of their block.
 
     The new tokens of one stream are one write per tier they land on (blocks below the split on
     ``C_HOME``, the others on ``C_HOME_HI``), each rounded up to that tier's access granularity.
     """
     streams = op_int[op, C_BATCH] * op_int[op, C_KV_HEADS]
+    parts = op_int[op, C_KV_PARTS]
     new_tokens = op_int[op, C_NEW_TOKENS]
     first = op_int[op, C_CONTEXT] + step * new_tokens
     boundary = op_int[op, C_SPLIT] * op_int[op, C_KV_BLOCK]      # first token on C_HOME_HI
@@ -894,9 +905,9 @@ def _kv_append(op, op_int, step, n_cores, tier_bandwidth, tier_latency_s, tier_g
         home = op_int[op, C_HOME] if part == 0 else op_int[op, C_HOME_HI]
         write_bits = 8 * _round_up((count * op_int[op, C_KV_ROW_BITS] + 7) // 8,
                                    tier_granularity[home])
-        written_bits[op, home] += streams * 2 * write_bits
-        wave_bits[home] += streams * 2 * write_bits
-    act = streams * 2 * new_tokens * op_int[op, C_HEAD_DIM] * op_int[op, C_ACT_BITS]
+        written_bits[op, home] += streams * parts * write_bits
+        wave_bits[home] += streams * parts * write_bits
+    act = streams * parts * new_tokens * op_int[op, C_HEAD_DIM] * op_int[op, C_ACT_BITS]
     results[op, R_ACT_READ_BITS] += act
     wave_bits[0] += act
     results[op, R_WAVES] += (streams + n_cores - 1) // n_cores

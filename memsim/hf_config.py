@@ -74,17 +74,17 @@ REQUIRED: Mapping[str, tuple[str, ...]] = {
     "mixtral": _COMMON + ("intermediate_size", "num_local_experts", "num_experts_per_tok"),
     "qwen_moe": _COMMON + ("moe_intermediate_size", "num_experts", "num_experts_per_tok"),
     "deepseek": _COMMON + ("moe_intermediate_size", "n_routed_experts", "num_experts_per_tok",
-                           "kv_lora_rank", "qk_rope_head_dim"),
+                           "kv_lora_rank", "q_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim",
+                           "v_head_dim"),
 }
+#: Fields whose null is a value: ``q_lora_rank`` null means queries are not compressed
+#: (DeepSeek-V2-Lite); they are missing only when absent.
+_NULLABLE = ("q_lora_rank",)
 _OPTIONAL = ("num_key_value_heads", "head_dim", "tie_word_embeddings")
 
-_MLA_NOTE = ("multi-head latent attention (MLA) is not modelled yet: attention is a GQA "
-             "stand-in of 2 KV heads of (kv_lora_rank + qk_rope_head_dim) / 4 dims, so a token's "
-             "K and V hold MLA's kv_lora_rank + qk_rope_head_dim values per layer (exact), while "
-             "the attention weights and FLOPs are GQA's, not MLA's low-rank projections (for "
-             "DeepSeek-V3 268 M weights per layer against ~187 M: +0.7% total, +15% active); "
-             "multi-token-prediction layers (num_nextn_predict_layers) are left out, as the "
-             "published 671 B does; the same stand-in as memsim/models/deepseek-v3-style.toml")
+_MTP_NOTE = ("multi-token-prediction layers (num_nextn_predict_layers) left out, as the "
+             "published 671 B does; DeepSeek-V3's gate score-correction bias (one value per "
+             "expert and layer) not modelled")
 
 
 def supported() -> str:
@@ -136,7 +136,8 @@ def parse_hf_config(data: Mapping[str, Any], *, file: str, name: str) -> Model:
         needs), every missing field at once, or a value of the wrong type or range.
     """
     arch = architecture_of(data, file=file)
-    missing = [key for key in REQUIRED[arch.family] if data.get(key) is None]
+    missing = [key for key in REQUIRED[arch.family]
+               if (key not in data if key in _NULLABLE else data.get(key) is None)]
     if missing:
         raise ConfigError(f"missing {'fields' if len(missing) > 1 else 'field'} that memsim "
                           f"needs from a {arch.model_type} config", file=file,
@@ -150,7 +151,7 @@ def parse_hf_config(data: Mapping[str, Any], *, file: str, name: str) -> Model:
     fields = {"layers": "num_hidden_layers", "hidden": "hidden_size",
               "heads": "num_attention_heads", "kv_heads": "num_key_value_heads",
               "vocab": "vocab_size", "head_dim": "head_dim"}
-    if shape["head_dim"] is None:
+    if shape["head_dim"] is None and arch.family != "deepseek":   # MLA derives its own
         shape["head_dim"] = _split_heads(hidden, heads, file=file)
         fields["head_dim"] = "hidden_size"
     tied = _get(data, "tie_word_embeddings", arch.tied_default)
@@ -229,32 +230,31 @@ def _qwen_moe(data, shape, fields, notes, *, file) -> None:
 
 
 def _deepseek(data, shape, fields, notes, *, file) -> None:
-    """DeepSeek-V2/V3 (and Kimi K2): routed and shared experts of moe_intermediate_size,
-    first_k_dense_replace leading dense layers, MLA as the documented GQA stand-in."""
-    rank, rope = data["kv_lora_rank"], data["qk_rope_head_dim"]
-    if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in (rank, rope)):
-        raise ConfigError(f"expected positive integers, got {rank!r} and {rope!r}", file=file,
-                          field="kv_lora_rank, qk_rope_head_dim")
-    if (rank + rope) % 4:
-        raise ConfigError(f"kv_lora_rank + qk_rope_head_dim ({rank + rope}) must be a multiple "
-                          "of 4 for memsim's MLA stand-in (K and V of 2 heads)", file=file,
-                          field="kv_lora_rank")
+    """DeepSeek-V2/V3 (and Kimi K2, DeepSeek-V3's architecture): routed and shared experts of
+    moe_intermediate_size, first_k_dense_replace leading dense layers, and multi-head latent
+    attention (its five dimensions; ``q_lora_rank`` null: no query compression). The cache is
+    MLA's one latent, so ``num_key_value_heads`` and ``head_dim`` are not read."""
     dense = _get(data, "first_k_dense_replace", 0)
     shape.update(ffn=data["moe_intermediate_size"], experts=data["n_routed_experts"],
                  experts_per_token=data["num_experts_per_tok"],
                  shared_experts=_get(data, "n_shared_experts", 0), dense_layers=dense,
-                 kv_heads=2, head_dim=(rank + rope) // 4)
+                 attention="mla", kv_lora_rank=data["kv_lora_rank"],
+                 q_lora_rank=_get(data, "q_lora_rank", 0),
+                 qk_rope_head_dim=data["qk_rope_head_dim"],
+                 qk_nope_head_dim=data["qk_nope_head_dim"], v_head_dim=data["v_head_dim"])
+    for key in ("kv_heads", "head_dim"):     # the latent's, derived from the MLA dimensions
+        shape.pop(key)
+        fields.pop(key)
     if dense:
         shape["dense_ffn"] = data.get("intermediate_size")
     fields.update(ffn="moe_intermediate_size", experts="n_routed_experts",
                   experts_per_token="num_experts_per_tok", shared_experts="n_shared_experts",
-                  dense_layers="first_k_dense_replace", dense_ffn="intermediate_size",
-                  kv_heads="kv_lora_rank", head_dim="kv_lora_rank")
+                  dense_layers="first_k_dense_replace", dense_ffn="intermediate_size")
     if _get(data, "moe_layer_freq", 1) != 1:
         raise ConfigError("not yet: MoE layers every few layers (moe_layer_freq > 1); memsim "
                           "places MoE layers after leading dense ones only", file=file,
                           field="moe_layer_freq")
-    notes.append(_MLA_NOTE)
+    notes.append(_MTP_NOTE)
 
 
 def _window(arch: Architecture, data: Mapping[str, Any], shape: dict[str, Any],

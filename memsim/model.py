@@ -23,13 +23,22 @@ from memsim.units import parse_quantity
 
 @dataclass(frozen=True)
 class Model:
-    """A decoder-only transformer with grouped-query attention and a gated (SwiGLU) FFN.
+    """A decoder-only transformer with grouped-query or multi-head latent attention and a
+    gated (SwiGLU) FFN.
 
     ``ffn`` is the intermediate size of one FFN block (of one routed expert, for MoE models).
     An MoE model may also have ``shared_experts`` that every token uses (each of size ``ffn``)
     and ``dense_layers`` leading layers with a dense FFN of size ``dense_ffn``.
     ``sliding_window`` (tokens; 0 for none) is the span that the layers in ``window_layers``
     attend to; the other layers attend to the whole context.
+
+    ``attention`` is ``"gqa"`` (grouped-query: ``kv_heads`` K and V heads of ``head_dim``) or
+    ``"mla"`` (DeepSeek-V2/V3's multi-head latent attention, run as serving engines run it at
+    decode: the up-projections absorbed into the query and the output, every head attending to
+    one shared latent). An MLA model caches one row of ``kv_lora_rank + qk_rope_head_dim``
+    values per token and layer, so it has ``kv_heads = 1`` and ``head_dim`` equal to that row
+    (the absorbed keys' width); its values are the first ``kv_lora_rank`` of them.
+    ``q_lora_rank`` is 0 when queries are not compressed (DeepSeek-V2-Lite).
     """
 
     name: str
@@ -52,6 +61,12 @@ class Model:
     source: str = ""
     sliding_window: int = 0
     window_layers: tuple[int, ...] = ()
+    attention: str = "gqa"
+    kv_lora_rank: int = 0
+    q_lora_rank: int = 0
+    qk_rope_head_dim: int = 0
+    qk_nope_head_dim: int = 0
+    v_head_dim: int = 0
 
     @property
     def is_moe(self) -> bool:
@@ -74,11 +89,47 @@ class Model:
         return self.sliding_window if self.sliding_window and self.window_layers else None
 
     @property
+    def is_mla(self) -> bool:
+        """True for multi-head latent attention."""
+        return self.attention == "mla"
+
+    @property
+    def kv_parts(self) -> int:
+        """Rows one token caches per KV head and layer: K and V (2), or MLA's one latent (1)."""
+        return 1 if self.is_mla else 2
+
+    @property
+    def value_dim(self) -> int:
+        """Width of the values a head's attention weighs: ``head_dim``, or for MLA (absorbed)
+        the latent's ``kv_lora_rank``."""
+        return self.kv_lora_rank if self.is_mla else self.head_dim
+
+    @property
     def attention_params_per_layer(self) -> int:
-        """Q, K, V and output projection weights of one layer."""
+        """Q, K, V and output projection weights of one layer; for MLA its low-rank projections
+        with their two RMSNorms (``q_a``, ``q_a_norm`` and ``q_b``, or ``q_proj`` without query
+        compression; ``kv_a`` with ``kv_a_norm``; ``kv_b``; ``o_proj``)."""
+        if self.is_mla:
+            return sum(self.mla_params_per_layer.values())
         q_out = self.heads * self.head_dim
         kv_out = self.kv_heads * self.head_dim
         return self.hidden * (q_out + 2 * kv_out) + q_out * self.hidden
+
+    @property
+    def mla_params_per_layer(self) -> dict[str, int]:
+        """MLA's weights of one layer by tensor, as a DeepSeek checkpoint names them (empty for
+        grouped-query attention)."""
+        if not self.is_mla:
+            return {}
+        h, heads, rank = self.hidden, self.heads, self.kv_lora_rank
+        q_out = heads * (self.qk_nope_head_dim + self.qk_rope_head_dim)
+        q = ({"q_a_proj": h * self.q_lora_rank, "q_a_layernorm": self.q_lora_rank,
+              "q_b_proj": self.q_lora_rank * q_out} if self.q_lora_rank
+             else {"q_proj": h * q_out})
+        return {**q, "kv_a_proj_with_mqa": h * (rank + self.qk_rope_head_dim),
+                "kv_a_layernorm": rank,
+                "kv_b_proj": rank * heads * (self.qk_nope_head_dim + self.v_head_dim),
+                "o_proj": heads * self.v_head_dim * h}
 
     @property
     def ffn_params_per_expert(self) -> int:
@@ -122,8 +173,8 @@ class Model:
                 + self.embedding_params + self.norm_params)
 
     def kv_elements_per_token(self) -> int:
-        """K and V values one token adds to the cache, over all layers."""
-        return 2 * self.layers * self.kv_heads * self.head_dim
+        """Values one token adds to the cache over all layers: K and V, or MLA's latent."""
+        return self.kv_parts * self.layers * self.kv_heads * self.head_dim
 
 
 # Limits ------------------------------------------------------------------------------------
@@ -134,7 +185,14 @@ LIMITS: Mapping[str, tuple[int, int]] = {
     "head_dim": (1, 2048), "ffn": (1, 1_048_576), "vocab": (1, 4_194_304),
     "experts": (2, 1024), "experts_per_token": (1, 1024), "shared_experts": (0, 64),
     "dense_layers": (0, 1023), "dense_ffn": (0, 1_048_576), "sliding_window": (0, 2**31),
+    "kv_lora_rank": (1, 65_536), "q_lora_rank": (0, 131_072), "qk_rope_head_dim": (0, 2048),
+    "qk_nope_head_dim": (1, 2048), "v_head_dim": (1, 2048),
 }
+#: Attention kinds: grouped-query, and multi-head latent attention (DeepSeek-V2/V3, Kimi K2).
+ATTENTION_KINDS = ("gqa", "mla")
+#: MLA's dimensions, in the order a model TOML's ``[mla]`` table and docs list them.
+MLA_KEYS = ("kv_lora_rank", "q_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim",
+            "v_head_dim")
 #: The most parameters a model may have (about 1,500 times the largest published model).
 MAX_PARAMS = 10**15
 #: The most expert FFN blocks (routed and shared, over all MoE layers): each is planned as its
@@ -178,6 +236,7 @@ def check_shape(values: Mapping[str, Any], *, file: str,
     for key in LIMITS:
         if key in shape:
             shape[key] = _int_field(shape[key], key, file=file, field=where(key))
+    _check_mla(shape, file=file, where=where)
     if shape["kv_heads"] > shape["heads"] or shape["heads"] % shape["kv_heads"]:
         raise ConfigError(f"heads ({shape['heads']}) must be a multiple of kv_heads "
                           f"({shape['kv_heads']})", file=file, field=where("kv_heads"))
@@ -193,6 +252,32 @@ def check_shape(values: Mapping[str, Any], *, file: str,
                           f" experts = {blocks:,} expert FFNs exceed memsim's limit of "
                           f"{MAX_EXPERT_BLOCKS:,}", file=file, field=where("experts"))
     return model
+
+
+def _check_mla(shape: dict[str, Any], *, file: str, where) -> None:
+    """An MLA shape gives its dimensions; its cache is one latent "KV head" of
+    ``kv_lora_rank + qk_rope_head_dim`` values (set here, so the other fields follow)."""
+    kind = shape.get("attention", "gqa")
+    if kind not in ATTENTION_KINDS:
+        raise ConfigError(f"expected one of {', '.join(ATTENTION_KINDS)}, got {kind!r}",
+                          file=file, field=where("attention"))
+    if kind == "gqa":
+        given = [key for key in MLA_KEYS if shape.get(key)]
+        if given:
+            raise ConfigError("multi-head latent attention dimensions given for grouped-query "
+                              "attention", file=file, field=", ".join(map(where, given)))
+        return
+    missing = [key for key in MLA_KEYS if key not in shape]
+    if missing:
+        raise ConfigError(f"missing {'fields' if len(missing) > 1 else 'field'} of multi-head "
+                          "latent attention", file=file, field=", ".join(map(where, missing)))
+    row = shape["kv_lora_rank"] + shape["qk_rope_head_dim"]
+    for key, value in (("kv_heads", 1), ("head_dim", row)):
+        if shape.get(key, value) != value:
+            raise ConfigError(f"multi-head latent attention caches one latent of kv_lora_rank + "
+                              f"qk_rope_head_dim = {row} values, so {key} is {value}; got "
+                              f"{shape[key]!r} (leave it out)", file=file, field=where(key))
+    shape.update(kv_heads=1, head_dim=row)
 
 
 def _check_moe(shape: dict[str, Any], *, file: str, where) -> None:
@@ -232,6 +317,9 @@ def _check_window(shape: dict[str, Any], *, file: str, where) -> None:
 
 _MODEL_KEYS = ("schema_version", "name", "display_name", "layers", "hidden", "heads", "kv_heads",
                "head_dim", "ffn", "vocab", "tied_embeddings", "published_params", "source")
+# An [mla] model's cache is one latent: kv_heads and head_dim follow from its dimensions (and
+# may be left out).
+_MLA_DERIVED = ("kv_heads", "head_dim")
 _MOE_KEYS = ("experts", "experts_per_token")
 _MOE_OPTIONAL = ("published_active_params", "shared_experts", "dense_layers", "dense_ffn")
 _WINDOW_KEYS = ("tokens", "layers")
@@ -255,13 +343,22 @@ def check_keys_all(table: Mapping[str, Any], *, required: tuple[str, ...],
 
 def parse_model(data: Mapping[str, Any], *, file: str) -> Model:
     """Validate a model TOML file's table and build a Model."""
-    check_keys_all(data, required=_MODEL_KEYS, optional=("moe", "sliding_window"), file=file)
+    mla = "mla" in data
+    required = tuple(key for key in _MODEL_KEYS if not (mla and key in _MLA_DERIVED))
+    check_keys_all(data, required=required, file=file,
+                   optional=("moe", "sliding_window", "mla") + (_MLA_DERIVED if mla else ()))
     if type(data["schema_version"]) is not int or data["schema_version"] != 1:
         raise ConfigError(f"unsupported schema_version {data['schema_version']!r}; expected 1",
                           file=file, field="schema_version")
     shape: dict[str, Any] = {key: data[key] for key in
-                             ("layers", "hidden", "heads", "kv_heads", "head_dim", "ffn", "vocab")}
+                             ("layers", "hidden", "heads", "kv_heads", "head_dim", "ffn", "vocab")
+                             if key in data}
     fields: dict[str, str] = {}
+    if mla:
+        table = require_table(data["mla"], file=file, field="mla")
+        check_keys_all(table, required=MLA_KEYS, file=file, prefix="mla.")
+        shape.update(table, attention="mla")
+        fields.update((key, f"mla.{key}") for key in MLA_KEYS)
     if "moe" in data:
         moe = require_table(data["moe"], file=file, field="moe")
         check_keys_all(moe, required=_MOE_KEYS, optional=_MOE_OPTIONAL, file=file, prefix="moe.")

@@ -9,7 +9,11 @@ KV append, attention over the cache, the output projection, the FFN RMSNorm, gat
 the final norm and the LM head; with tensor parallelism the all-reduces after the output and down
 projections and the embedding, and the all-gather of the logits; with pipeline stages the
 hand-off of activations to the next stage and of the sampled tokens back to the first. A stage's
-ops repeat for each microbatch, with the microbatch's own KV cache.
+ops repeat for each microbatch, with the microbatch's own KV cache. A model with multi-head
+latent attention (DeepSeek-V2/V3) has MLA's absorbed projections in place of the fused QKV
+(``q_a``, ``q_a_norm``, ``q_b`` or ``q_proj``; ``kv_a``, ``kv_a_norm``; ``w_uk`` before and
+``w_uv`` after attention) and caches one latent row per token instead of K and V
+(``C_KV_PARTS``).
 
 A step that carries a prompt (a prefill, :class:`memsim.workload.Prefill`, or a decode step with
 a ``prefill_chunk``) tiles the matmuls' M (``C_TILE_M``) and its prompt attention's queries
@@ -166,12 +170,14 @@ class SystemPlan:
 
 
 def kv_row_bits(model: Model, fmt: Format) -> int:
-    """Bits of one token's K (or V) for one KV head, scales included."""
+    """Bits of one token's cached row for one KV head, scales included: its K (or V), or for
+    multi-head latent attention its latent (``kv_lora_rank + qk_rope_head_dim`` values)."""
     return fmt.tensor_bits((1, model.head_dim)) - fmt.tensor_meta_bits
 
 
 def kv_block_bytes(row_bits: int, kv_block: int, granularity: int) -> int:
-    """Bytes of one paged-KV block of K (or V) for one head, rounded up to the tier's access."""
+    """Bytes of one paged-KV block of K (or V, or MLA's latent) for one head, rounded up to the
+    tier's access."""
     block_bytes = -(-(kv_block * row_bits) // 8)
     return -(-block_bytes // granularity) * granularity
 
@@ -179,12 +185,13 @@ def kv_block_bytes(row_bits: int, kv_block: int, granularity: int) -> int:
 def kv_cache_bytes(model: Model, workload: Decode, tokens: int, granularity: int,
                    kv_heads: int | None = None, sequences: int | None = None) -> int:
     """Bytes of a paged KV cache for one layer holding ``tokens`` tokens per sequence (every
-    KV head and sequence of the workload unless given)."""
+    KV head and sequence of the workload unless given; K and V, or MLA's one latent)."""
     row_bits = kv_row_bits(model, get_format(workload.kv))
     blocks = -(-tokens // workload.kv_block)
     heads = model.kv_heads if kv_heads is None else kv_heads
     seqs = workload.batch if sequences is None else sequences
-    return seqs * heads * 2 * blocks * kv_block_bytes(row_bits, workload.kv_block, granularity)
+    return (seqs * heads * model.kv_parts * blocks
+            * kv_block_bytes(row_bits, workload.kv_block, granularity))
 
 
 def stream_format(workload: Decode) -> Format:
@@ -359,7 +366,7 @@ class _Placer:
         tiers = self.device.tiers
         if spec.kind == "kv":
             def kv_bytes(blocks: int, tier: int) -> int:
-                return spec.sequences * 2 * blocks * kv_block_bytes(
+                return spec.sequences * self.model.kv_parts * blocks * kv_block_bytes(
                     spec.k, self.workload.kv_block, tiers[tier].granularity)
             near = min(split, spec.rows)
             parts = [(lo, kv_bytes(near, lo)), (hi, kv_bytes(spec.rows - near, hi))]
@@ -425,9 +432,30 @@ def _item_specs(model: Model, workload: Decode, sh: Shard, tile_n: int, final_to
         return [weight("qkv", layer, heads * hd, h, name=f"{part}.{layer}", stored_as=part)
                 for part, heads in (("q", sh.heads), ("k", sh.kv_heads), ("v", sh.kv_heads))]
 
-    def norm(role: str, layer: int) -> _Spec:
-        name = f"{role}.{layer}" if layer >= 0 else role
-        return _Spec(name, "weight", role, layer, act, 1, h, 1)
+    def norm(role: str, layer: int, name: str = "", width: int = 0) -> _Spec:
+        name = name or (f"{role}.{layer}" if layer >= 0 else role)
+        return _Spec(name, "weight", role, layer, act, 1, width or h, 1)
+
+    def mla(layer: int) -> list[_Spec]:
+        """MLA's tensors before the cache, absorbed as engines run it at decode (``mla_in``
+        in :func:`_plan_stage`): the query's projections, ``kv_a``, and kv_b's key half as
+        ``w_uk`` (per head, nope x kv_lora_rank, applied to the query); kv_b's value half is
+        ``w_uv``, after attention. ``q_a`` and ``kv_a`` are whole on every chip (vLLM's and
+        SGLang's ``ReplicatedLinear``); the others are split by heads."""
+        rank, nope = model.kv_lora_rank, model.qk_nope_head_dim
+        q_out = sh.heads * (nope + model.qk_rope_head_dim)
+        if model.q_lora_rank:
+            q = [weight("qkv", layer, model.q_lora_rank, h, name=f"q_a.{layer}", stored_as="q"),
+                 norm("attn_norm", layer, f"q_a_norm.{layer}", model.q_lora_rank),
+                 weight("qkv", layer, q_out, model.q_lora_rank, name=f"q_b.{layer}",
+                        stored_as="q", full_k=model.q_lora_rank)]
+        else:
+            q = [weight("qkv", layer, q_out, h, name=f"q_proj.{layer}", stored_as="q")]
+        return [*q, weight("qkv", layer, rank + model.qk_rope_head_dim, h, name=f"kv_a.{layer}",
+                           stored_as="k"),
+                norm("attn_norm", layer, f"kv_a_norm.{layer}", rank),
+                weight("qkv", layer, sh.heads * rank, nope, name=f"w_uk.{layer}", stored_as="k",
+                       full_k=nope)]
 
     chunk_blocks = -(-(workload.prefill_context + workload.steps * workload.prefill_chunk)
                      // workload.kv_block)
@@ -437,13 +465,16 @@ def _item_specs(model: Model, workload: Decode, sh: Shard, tile_n: int, final_to
         chunk_kv = [_Spec(f"chunk_kv.{layer}", "kv", "kv", layer, get_format(workload.kv),
                           chunk_blocks, row_bits, chunk_blocks, sh.kv_heads, chunk=True)
                     ] if workload.prefill_chunk else []
+        value = model.v_head_dim if model.is_mla else hd      # an output head's width
         item = [
             norm("attn_norm", layer),
-            *qkv(layer),
+            *(mla(layer) if model.is_mla else qkv(layer)),
             _Spec(f"kv.{layer}", "kv", "kv", layer, get_format(workload.kv), blocks, row_bits,
                   blocks, sequences * sh.kv_heads),
             *chunk_kv,
-            weight("o_proj", layer, h, sh.heads * hd, full_k=model.heads * hd),
+            *([weight("qkv", layer, sh.heads * value, model.kv_lora_rank, name=f"w_uv.{layer}",
+                      stored_as="v", full_k=model.kv_lora_rank)] if model.is_mla else []),
+            weight("o_proj", layer, h, sh.heads * value, full_k=model.heads * value),
             norm("ffn_norm", layer),
         ]
         if model.is_moe_layer(layer):
@@ -489,6 +520,7 @@ def plan_system(device: Device, model: Model, workload: Decode) -> SystemPlan:
     """
     check_sizes(device, model, workload)
     _check_window(model, workload)
+    _check_mla_prompt(model, workload)
     if not model.is_moe and workload.routing != "uniform":
         raise ConfigError(f"routing {workload.routing!r} chooses experts, and {model.name} is "
                           "dense: it has none to route to", field="routing")
@@ -512,6 +544,18 @@ def _check_window(model: Model, workload: Decode) -> None:
                           f"{len(model.window_layers)} of {model.layers} layers; memsim does not "
                           f"model windows yet, so a sequence may hold at most {limit} tokens, "
                           f"got {tokens}", field="context")
+
+
+def _check_mla_prompt(model: Model, workload: Decode) -> None:
+    """MLA is lowered in its absorbed decode form; a prompt is not (engines decompress the
+    latent into per-head K and V for prefill, a different kernel), so it is refused."""
+    if model.is_mla and workload.carries_prompt:
+        what = "a prefill" if workload.prefill else "a prompt chunk (prefill_chunk)"
+        raise ConfigError(f"{model.name} uses multi-head latent attention, which memsim models "
+                          "in its absorbed decode form only; serving engines run a prompt with "
+                          "the latent decompressed into per-head K and V (a different kernel "
+                          f"and FLOP count), so {what} is not modelled for it yet",
+                          field="prefill" if workload.prefill else "prefill_chunk")
 
 
 def _check_chips(device: Device, workload: Decode) -> None:
@@ -735,7 +779,8 @@ def _plan_stage(device: Device, model: Model, workload: Decode, policy: str, sh:
     for column, value in ((k.C_TILE_K, tile_k), (k.C_TILE_N, tile_n),
                           (k.C_M_GRAIN, device.matrix_unit[0]), (k.C_BATCH, mb),
                           (k.C_KV_HEADS, sh.kv_heads), (k.C_Q_PER_KV, sh.q_per_kv),
-                          (k.C_HEAD_DIM, model.head_dim), (k.C_CONTEXT, workload.context),
+                          (k.C_HEAD_DIM, model.head_dim), (k.C_V_DIM, model.value_dim),
+                          (k.C_KV_PARTS, model.kv_parts), (k.C_CONTEXT, workload.context),
                           (k.C_NEW_TOKENS, workload.new_tokens), (k.C_KV_BLOCK, workload.kv_block),
                           (k.C_KV_ROW_BITS, row_bits),
                           (k.C_KV_MAX_BLOCKS, -(-final_tokens // workload.kv_block)),
@@ -795,9 +840,9 @@ def _plan_stage(device: Device, model: Model, workload: Decode, policy: str, sh:
         row[k.C_LAUNCHES] = launches
         return row
 
-    def norm(name: str, layer: int, launches: int) -> None:
+    def norm(name: str, layer: int, launches: int, width: int = 0) -> None:
         row = add_op(name, k.OP_NORM, layer, index[f"{name}.{layer}" if layer >= 0 else name],
-                     act, m=m_rows, kk=model.hidden)
+                     act, m=m_rows, kk=width or model.hidden)
         row[k.C_LAUNCHES] = launches
 
     def all_reduce(name: str, layer: int, width: int, passes: int = 2) -> None:
@@ -861,11 +906,33 @@ def _plan_stage(device: Device, model: Model, workload: Decode, policy: str, sh:
 
     items_experts = [spec for item in items for spec in item if spec.role == "experts"]
 
+    def mla_in(layer: int) -> None:
+        """MLA up to its cache, absorbed (DeepSeek-V2 report, arXiv 2405.04434, section 2.1;
+        vLLM's and SGLang's MLA decode): the query's projections, the latent's down-projection
+        ``kv_a`` with its norm (one launch with ``q_a`` when the stack fuses QKV, as
+        ``fused_qkv_a_proj``), and ``w_uk``, each head's query times its slice of kv_b's keys
+        (a grouped matmul: K = qk_nope_head_dim, N = heads x kv_lora_rank)."""
+        rank = model.kv_lora_rank
+        q_out = sh.heads * (model.qk_nope_head_dim + model.qk_rope_head_dim)
+        if model.q_lora_rank:
+            matmul("q_a", layer, h, model.q_lora_rank)
+        matmul("kv_a", layer, h, rank + model.qk_rope_head_dim,
+               launches=0 if model.q_lora_rank and fusion.fused_qkv else 1)
+        if model.q_lora_rank:
+            norm("q_a_norm", layer, 1, width=model.q_lora_rank)
+            matmul("q_b", layer, model.q_lora_rank, q_out)
+        else:
+            matmul("q_proj", layer, h, q_out)
+        norm("kv_a_norm", layer, 1, width=rank)
+        matmul("w_uk", layer, model.qk_nope_head_dim, sh.heads * rank)
+
     def build_layer(layer: int, suffix: str) -> None:
         """One layer's op rows, row by row."""
         kv = index[f"kv.{layer}{suffix}"]
         norm("attn_norm", layer, 1 + residual_adds + fusion.extra_kernels_per_layer)
-        if f"qkv.{layer}" in index:
+        if model.is_mla:
+            mla_in(layer)
+        elif f"qkv.{layer}" in index:
             matmul("qkv", layer, h, (sh.heads + 2 * sh.kv_heads) * hd,
                    launches=1 if fusion.fused_qkv else 3)
         else:           # q, k and v stored in different formats: three matmuls
@@ -879,7 +946,11 @@ def _plan_stage(device: Device, model: Model, workload: Decode, policy: str, sh:
             attention[k.C_Q_TILE] = q_tile
         if workload.prefill_chunk:
             chunk_attention(layer)
-        matmul("o_proj", layer, sh.heads * hd, h)
+        if model.is_mla:     # each head's latent output times its slice of kv_b's values
+            matmul("w_uv", layer, model.kv_lora_rank, sh.heads * model.v_head_dim)
+            matmul("o_proj", layer, sh.heads * model.v_head_dim, h)
+        else:
+            matmul("o_proj", layer, sh.heads * hd, h)
         all_reduce("attn_allreduce", layer, h)
         norm("ffn_norm", layer, 1 + residual_adds)
         if model.is_moe_layer(layer):
@@ -1215,7 +1286,8 @@ def _max_lru_entries(op_int: np.ndarray, placed: np.ndarray, capacity_bits: int,
         grain = np.minimum(granularity[where[attention, 0]], granularity[where[attention, 1]])
         block_bytes = -(-(workload.kv_block * att[:, k.C_KV_ROW_BITS]) // 8)
         bits[attention] = 8 * (-(-block_bytes // grain) * grain)
-        streams = 2 * att[:, k.C_BATCH] * att[:, k.C_KV_HEADS]      # K and V of each head
+        # K and V (or MLA's one latent) of each head
+        streams = att[:, k.C_KV_PARTS] * att[:, k.C_BATCH] * att[:, k.C_KV_HEADS]
         distinct[attention] = streams * att[:, k.C_KV_MAX_BLOCKS]
     smallest = int(bits.min())
     return int(max(1, min(int(distinct.sum()), capacity_bits // max(smallest, 1) + 1)))

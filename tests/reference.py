@@ -208,6 +208,7 @@ def run_step(plan: Plan, state: ReferenceState, step: int, routes=None) -> dict:
 
         elif kind == k.OP_ATTENTION:
             heads, per_kv, hd = row[k.C_KV_HEADS], row[k.C_Q_PER_KV], row[k.C_HEAD_DIM]
+            v_dim, parts = row[k.C_V_DIM], row[k.C_KV_PARTS]     # (values' width, rows cached)
             new, block = row[k.C_NEW_TOKENS], row[k.C_KV_BLOCK]
             tokens = row[k.C_CONTEXT] + (step + 1) * new
             blocks = _ceil(tokens, block)
@@ -236,29 +237,32 @@ def run_step(plan: Plan, state: ReferenceState, step: int, routes=None) -> dict:
                     if q_tiles > 1:     # causal: up to the block of the tile's last query
                         j1 = min(j1, _ceil(tokens - new + q1, block))
                     for j in range(j0, j1):
-                        for kv in range(2):
-                            fetch((stream * row[k.C_KV_MAX_BLOCKS] + j) * 2 + kv, block_bits(j),
-                                  home_of(j))
+                        for kv in range(parts):
+                            fetch((stream * row[k.C_KV_MAX_BLOCKS] + j) * parts + kv,
+                                  block_bits(j), home_of(j))
                     tok0, tok1 = j0 * block, min(tokens, j1 * block)
                     visible = sum(max(0, min(tok1, tokens - new + i + 1) - tok0)
                                   for i in range(q0, q1))
-                    counters["flops"] += 4 * hd * per_kv * visible
-                    vector_ops = k.SOFTMAX_OPS * per_kv * visible + dequant * 2 * hd * (tok1 - tok0)
+                    counters["flops"] += 2 * (hd + v_dim) * per_kv * visible
+                    vector_ops = (k.SOFTMAX_OPS * per_kv * visible
+                                  + dequant * parts * hd * (tok1 - tok0))
                     counters["vector_ops"] += int(vector_ops)
                     unit_rows = per_kv * (q1 - q0)
                     counters["act_read_bits"] += unit_rows * hd * act_bits
-                    counters["act_written_bits"] += unit_rows * hd * out_bits
-                    wave[0] += unit_rows * hd * (act_bits + out_bits)
-                    slowest = max(slowest, 4.0 * hd * padded_rows(unit_rows) * (tok1 - tok0)
-                                  / (peak / cores) + vector_ops / (dev.vector_ops_per_s / cores))
+                    counters["act_written_bits"] += unit_rows * v_dim * out_bits
+                    wave[0] += unit_rows * (hd * act_bits + v_dim * out_bits)
+                    slowest = max(slowest, 2.0 * (hd + v_dim) * padded_rows(unit_rows)
+                                  * (tok1 - tok0) / (peak / cores)
+                                  + vector_ops / (dev.vector_ops_per_s / cores))
                 if w == waves - 1 and split > 1:
-                    wave[0] += split_reduction(counters, streams * rows, hd + 2, hd, split,
+                    wave[0] += split_reduction(counters, streams * rows, v_dim + 2, v_dim, split,
                                                act_bits)
                 close_wave(slowest)
             counters["waves"] += waves
 
         elif kind == k.OP_KV_APPEND:
             streams = row[k.C_BATCH] * row[k.C_KV_HEADS]
+            parts = row[k.C_KV_PARTS]
             new = row[k.C_NEW_TOKENS]
             first = row[k.C_CONTEXT] + step * new
             by_tier: dict[int, int] = {}
@@ -267,9 +271,9 @@ def run_step(plan: Plan, state: ReferenceState, step: int, routes=None) -> dict:
                 by_tier[tier] = by_tier.get(tier, 0) + 1
             for tier, count in by_tier.items():
                 write_bytes = _ceil(_ceil(count * row[k.C_KV_ROW_BITS], 8), gran[tier]) * gran[tier]
-                out["written"][op][tier] += streams * 2 * 8 * write_bytes
-                wave[tier] += streams * 2 * 8 * write_bytes
-            act = streams * 2 * new * row[k.C_HEAD_DIM] * act_bits
+                out["written"][op][tier] += streams * parts * 8 * write_bytes
+                wave[tier] += streams * parts * 8 * write_bytes
+            act = streams * parts * new * row[k.C_HEAD_DIM] * act_bits
             counters["act_read_bits"] += act
             wave[0] += act
             counters["waves"] += _ceil(streams, cores)

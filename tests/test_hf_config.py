@@ -20,6 +20,8 @@ from memsim.testing import examples, strategies
 FIXTURES = Path(__file__).parent / "fixtures"
 QWEN = FIXTURES / "Qwen2.5-7B-Instruct" / "config.json"
 MIXTRAL = FIXTURES / "Mixtral-8x7B-v0.1" / "config.json"
+DEEPSEEK_V3 = FIXTURES / "DeepSeek-V3" / "config.json"
+DEEPSEEK_V2_LITE = FIXTURES / "DeepSeek-V2-Lite" / "config.json"
 SHAPE = ("layers", "hidden", "heads", "kv_heads", "head_dim", "ffn", "vocab", "tied_embeddings",
          "experts", "experts_per_token", "shared_experts", "dense_layers", "dense_ffn")
 
@@ -44,7 +46,8 @@ def refused(tmp_path: Path, data: Any) -> ConfigError:
 
 # --- the published fixtures -------------------------------------------------------------------
 
-@pytest.mark.parametrize(("path", "published"), [(QWEN, 7.61e9), (MIXTRAL, 46.7e9)])
+@pytest.mark.parametrize(("path", "published"), [
+    (QWEN, 7.61e9), (MIXTRAL, 46.7e9), (DEEPSEEK_V3, 671e9), (DEEPSEEK_V2_LITE, 15.7e9)])
 def test_published_configs_match_published_parameter_counts(path, published):
     model = load_model(path)
     assert abs(model.total_params / published - 1) < 0.01
@@ -127,14 +130,16 @@ CASES = {
              {**DENSE, "kv_heads": 8}, (2047, (0, 1, 2, 3))),
     "deepseek_v2": (base("deepseek_v2", moe_intermediate_size=32, n_routed_experts=16,
                          n_shared_experts=2, num_experts_per_tok=6, first_k_dense_replace=1,
-                         kv_lora_rank=64, qk_rope_head_dim=16, q_lora_rank=None),
-                    {**DENSE, "kv_heads": 2, "head_dim": 20, "ffn": 32, "experts": 16,
+                         kv_lora_rank=64, qk_rope_head_dim=16, q_lora_rank=None,
+                         qk_nope_head_dim=32, v_head_dim=32),
+                    {**DENSE, "kv_heads": 1, "head_dim": 80, "ffn": 32, "experts": 16,
                      "experts_per_token": 6, "shared_experts": 2, "dense_layers": 1,
                      "dense_ffn": 512}, None),
     "deepseek_v3": (base("deepseek_v3", moe_intermediate_size=32, n_routed_experts=8,
                          n_shared_experts=1, num_experts_per_tok=2, first_k_dense_replace=0,
-                         kv_lora_rank=56, qk_rope_head_dim=8),
-                    {**DENSE, "kv_heads": 2, "head_dim": 16, "ffn": 32, "experts": 8,
+                         kv_lora_rank=56, qk_rope_head_dim=8, q_lora_rank=48,
+                         qk_nope_head_dim=16, v_head_dim=16),
+                    {**DENSE, "kv_heads": 1, "head_dim": 64, "ffn": 32, "experts": 8,
                      "experts_per_token": 2, "shared_experts": 1}, None),
 }
 
@@ -167,24 +172,33 @@ def test_small_models_emulate(tmp_path):
         assert memsim.emulate("h100-sxm", model, batch=1, context=32).time_per_token > 0
 
 
-def test_deepseek_v3_config_is_the_catalog_stand_in():
-    """deepseek-ai/DeepSeek-V3's published dimensions (memsim/models/deepseek-v3-style.toml
-    cites them) give the catalog's documented MLA stand-in, and say so."""
-    data = {"architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3",
-            "first_k_dense_replace": 3, "hidden_size": 7168, "intermediate_size": 18432,
-            "kv_lora_rank": 512, "moe_intermediate_size": 2048, "moe_layer_freq": 1,
-            "n_routed_experts": 256, "n_shared_experts": 1, "num_attention_heads": 128,
-            "num_experts_per_tok": 8, "num_hidden_layers": 61, "num_key_value_heads": 128,
-            "q_lora_rank": 1536, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64,
-            "v_head_dim": 128, "vocab_size": 129280, "tie_word_embeddings": False,
-            "num_nextn_predict_layers": 1, "quantization_config": {"quant_method": "fp8"}}
-    model = parse_hf_config(data, file="v3/config.json", name="v3")
-    assert shape(model) == shape(memsim.model("deepseek-v3-style"))
+MLA_FIELDS = ("attention", "kv_lora_rank", "q_lora_rank", "qk_rope_head_dim",
+              "qk_nope_head_dim", "v_head_dim")
+
+
+def test_deepseek_v3_config_is_the_catalog_model():
+    """deepseek-ai/DeepSeek-V3's config.json (tests/fixtures/DeepSeek-V3, transcribed from
+    huggingface.co/deepseek-ai/DeepSeek-V3) loads as multi-head latent attention, the catalog's
+    deepseek-v3-style."""
+    model = load_model(DEEPSEEK_V3)
+    catalog = memsim.model("deepseek-v3-style")
+    assert shape(model) == shape(catalog)
+    assert [getattr(model, f) for f in MLA_FIELDS] == [getattr(catalog, f) for f in MLA_FIELDS]
+    assert model.is_mla and (model.kv_heads, model.head_dim) == (1, 576)
     assert model.kv_elements_per_token() == 61 * (512 + 64)
-    assert "multi-head latent attention (MLA) is not modelled yet" in model.source
     assert "quantization_config (fp8) not read" in model.source
+    data = json.loads(DEEPSEEK_V3.read_text(encoding="utf-8"))
     kimi = dict(data, model_type="kimi_k2", n_routed_experts=384)   # K2 reuses the V3 class
     assert parse_hf_config(kimi, file="k2/config.json", name="k2").experts == 384
+
+
+def test_deepseek_v2_lite_has_no_query_compression():
+    """q_lora_rank null (DeepSeek-V2-Lite): one q_proj; 15.7 B parameters (model card of
+    huggingface.co/deepseek-ai/DeepSeek-V2-Lite)."""
+    model = load_model(DEEPSEEK_V2_LITE)
+    assert model.is_mla and model.q_lora_rank == 0
+    assert "q_proj" in model.mla_params_per_layer and "q_a_proj" not in model.mla_params_per_layer
+    assert abs(model.total_params / 15.7e9 - 1) < 0.01
 
 
 def test_layer_types_choose_the_windowed_layers(tmp_path):
@@ -230,6 +244,14 @@ def test_config_without_model_type_or_architectures(tmp_path):
     assert refused(tmp_path, {"hidden_size": 4096}).field == "model_type"
 
 
+def test_all_missing_mla_fields_at_once(tmp_path):
+    """q_lora_rank may be null (no query compression) but not absent."""
+    data = json.loads(DEEPSEEK_V3.read_text(encoding="utf-8"))
+    for key in ("q_lora_rank", "v_head_dim", "n_routed_experts"):
+        del data[key]
+    assert refused(tmp_path, data).field == "n_routed_experts, q_lora_rank, v_head_dim"
+
+
 def test_all_missing_fields_at_once(tmp_path):
     data = CASES["mixtral"][0]
     for key in ("num_hidden_layers", "vocab_size", "num_local_experts"):
@@ -266,10 +288,16 @@ def test_bad_values_name_the_hf_field(tmp_path, extra, field, words):
     ("qwen2", {"use_sliding_window": True, "sliding_window": 4096}, "use_sliding_window"),
     ("deepseek_v3", {"moe_intermediate_size": 32, "n_routed_experts": 8,
                      "num_experts_per_tok": 2, "kv_lora_rank": 64, "qk_rope_head_dim": 16,
+                     "q_lora_rank": None, "qk_nope_head_dim": 16, "v_head_dim": 16,
                      "moe_layer_freq": 2}, "moe_layer_freq"),
     ("deepseek_v3", {"moe_intermediate_size": 32, "n_routed_experts": 8,
-                     "num_experts_per_tok": 2, "kv_lora_rank": 62, "qk_rope_head_dim": 16},
+                     "num_experts_per_tok": 2, "kv_lora_rank": 0, "qk_rope_head_dim": 16,
+                     "q_lora_rank": None, "qk_nope_head_dim": 16, "v_head_dim": 16},
      "kv_lora_rank"),
+    ("deepseek_v3", {"moe_intermediate_size": 32, "n_routed_experts": 8,
+                     "num_experts_per_tok": 2, "kv_lora_rank": 64, "qk_rope_head_dim": 16,
+                     "q_lora_rank": 1.5, "qk_nope_head_dim": 16, "v_head_dim": 16},
+     "q_lora_rank"),
     ("gemma2", {"sliding_window": 64, "layer_types": ["linear_attention"] * 4}, "layer_types"),
     ("gemma2", {"sliding_window": 64, "layer_types": ["full_attention"] * 3}, "layer_types"),
     ("mistral", {"sliding_window": 2**40}, "sliding_window"),
