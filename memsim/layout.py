@@ -192,7 +192,8 @@ class Shard:
             parts.append(f"query heads {model.heads} -> {model.heads + self.padded_heads}")
         if self.padded_kv_heads:
             kv_heads = model.kv_heads + self.padded_kv_heads
-            how = ("padded with the query heads" if model.heads == model.kv_heads
+            how = ("MLA's latent cache, q_a and kv_a whole on every rank" if model.is_mla
+                   else "padded with the query heads" if model.heads == model.kv_heads
                    else "replicated, one per rank" if self.ranks % model.kv_heads == 0
                    else "converted to multi-head, one per padded query head")
             parts.append(f"KV heads {model.kv_heads} -> {kv_heads} ({how})")

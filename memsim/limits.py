@@ -203,7 +203,7 @@ def largest_counts(device: Device, model: Model, workload: Decode) -> dict[str, 
     block = workload.kv_block
     kv_tokens = -(-final_tokens // block) * block
     kv_row = kvfmt.tensor_bits((1, model.head_dim)) + kvfmt.tensor_meta_bits
-    kv_bits = workload.batch * kv_tokens * 2 * model.layers * model.kv_heads * kv_row
+    kv_bits = workload.batch * kv_tokens * model.kv_parts * model.layers * model.kv_heads * kv_row
     rows = max(workload.step_tokens, device.matrix_unit[0])
     rows = -(-rows // device.matrix_unit[0]) * device.matrix_unit[0]
     attention = (4 * model.layers * model.heads * model.head_dim

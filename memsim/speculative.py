@@ -273,8 +273,9 @@ class SpecReport:
 
 
 def kv_bytes_per_token(model: Model, kv_format: str) -> float:
-    """Bytes one token's K and V take in every layer and KV head (no block rounding)."""
-    return model.layers * model.kv_heads * 2 * kv_row_bits(model, get_format(kv_format)) / 8
+    """Bytes one token's K and V (MLA: its latent row) take in every layer and KV head (no block
+    rounding)."""
+    return model.layers * model.kv_heads * model.kv_parts * kv_row_bits(model, get_format(kv_format)) / 8
 
 
 def tree_nodes(branching: Sequence[int]) -> int:

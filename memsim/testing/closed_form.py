@@ -60,6 +60,9 @@ def streamed_bytes(device: Device, model: Model, workload: Decode, *,
     if model.is_moe:
         raise ValueError("the closed form covers dense models; an MoE step reads the experts "
                          "its tokens chose")
+    if model.is_mla:
+        raise ValueError("the closed form covers grouped-query attention; an MLA layer's absorbed "
+                         "ops are checked by tests/test_mla.py")
     if workload.tp != 1 or workload.ep != 1:
         raise ValueError(f"the closed form covers one chip per stage, got tp={workload.tp}, "
                          f"ep={workload.ep}")
