@@ -250,16 +250,22 @@ COLLECTIVE_COLUMNS = (k.C_M, k.C_K, k.C_ACT_BITS, k.C_CHIPS, k.C_PASSES, k.C_LIN
 def collective_seconds(stack: Runtime, device: Device, row: np.ndarray) -> tuple[float, float]:
     """Bandwidth and latency time of the collective in op row ``row``, as the stack's library
     runs it (:func:`memsim.runtime.collective_time`), on the link domain or, for a group larger
-    than one domain, on the scale-out network (a flat ring over it: NCCL's hierarchical
-    algorithms are not modelled). A library without a tuning model of its own also pays the
-    device file's collective start-up (``collective_latency``)."""
+    than one domain, over both levels: the scale-out network between domains (its bandwidth per
+    chip) and the domain's link inside each (a tuned library's ring and tree steps, as NCCL's
+    tuner counts them; a simple library's ring is flat over the network). A library without a
+    tuning model of its own also pays the device file's collective start-up
+    (``collective_latency``)."""
     chips = int(row[k.C_CHIPS])
-    link = device.link if chips <= device.link.max_chips else device.scale_out
+    domain = device.link
+    link = domain if chips <= domain.max_chips else device.scale_out
     kind = "all_reduce" if row[k.C_PASSES] == 2 else "all_gather"
     message_bytes = -(-int(row[k.C_M]) * int(row[k.C_K]) * int(row[k.C_ACT_BITS]) // 8)
     timed = collective_time(stack, kind, message_bytes, chips,
                             LIBRARY_LINK_KIND.get(link.kind or "", "other"), link.bandwidth,
-                            link.latency_s, int(row[k.C_LINK_STEPS]))
+                            link.latency_s, int(row[k.C_LINK_STEPS]),
+                            chips_per_node=min(chips, domain.max_chips),
+                            intra_link_kind=LIBRARY_LINK_KIND.get(domain.kind or "", "other"),
+                            intra_link_latency_s=domain.latency_s)
     start_up = (link.collective_latency_s
                 if collective_library(stack.collective.library).model == "simple" else 0.0)
     return timed.bandwidth_s, timed.latency_s + start_up

@@ -383,6 +383,7 @@ class CollectiveLibrary:
     tree_correction: tuple[tuple[str, tuple[float, ...]], ...]
     ring_network_row: str
     ll128_rows: tuple[str, ...]
+    net_overhead_s: float         # a network post's floor on an intra-node ring step (multi-node)
     simple_latency_s: float
     simple_efficiency: float
     sources: tuple[tuple[str, str], ...]
@@ -428,7 +429,8 @@ def _corrections(table: Any, *, file: str) -> tuple[tuple[str, tuple[float, ...]
 
 _TUNED_REQUIRED = ("base_latency", "hw_latency", "bandwidth_factor", "repository", "commit",
                    "file", "version", "ring_network_row", "ll128_rows")
-_TUNED_OPTIONAL = ("ll_max_bandwidth", "ll_max_bandwidth_network", "tree_correction")
+_TUNED_OPTIONAL = ("ll_max_bandwidth", "ll_max_bandwidth_network", "tree_correction",
+                   "net_overhead")
 
 
 def parse_collective_library(data: Mapping[str, Any], *, file: str) -> CollectiveLibrary:
@@ -455,7 +457,7 @@ def parse_collective_library(data: Mapping[str, Any], *, file: str) -> Collectiv
         return CollectiveLibrary(
             **common, base_latency_s=(), hw_latency_s=(), bandwidth_factor=(),
             ll_max_bandwidth=(), ll_max_bandwidth_network=(), tree_correction=(),
-            ring_network_row="ring", ll128_rows=(),
+            ring_network_row="ring", ll128_rows=(), net_overhead_s=0.0,
             simple_latency_s=_time(data, "base_latency", file=file, prefix=""),
             simple_efficiency=_ratio(data["bandwidth_efficiency"], file=file,
                                      field="bandwidth_efficiency", positive=True))
@@ -487,6 +489,8 @@ def parse_collective_library(data: Mapping[str, Any], *, file: str) -> Collectiv
                                      field="ring_network_row", choices=TUNED_ALGORITHMS),
         ll128_rows=tuple(require_str(r, file=file, field="ll128_rows", choices=HW_ROWS)
                          for r in rows),
+        net_overhead_s=_time(data, "net_overhead", file=file, prefix="") if "net_overhead" in data
+        else 0.0,
         simple_latency_s=0.0, simple_efficiency=1.0)
 
 
@@ -538,7 +542,9 @@ def _candidate(library: str, algorithm: str, protocol: str, latency_s: float,
 
 def collective_time(runtime: Runtime, kind: str, message_bytes: int, chips: int, link_kind: str,
                     link_bandwidth_bytes_per_s: float, link_latency_s: float, hops: int, *,
-                    generation: str | None = None) -> CollectiveTime:
+                    generation: str | None = None, chips_per_node: int = 1,
+                    intra_link_kind: str = "nvlink",
+                    intra_link_latency_s: float = 0.0) -> CollectiveTime:
     """The time of one collective call as the runtime's library runs it.
 
     Parameters
@@ -566,6 +572,12 @@ def collective_time(runtime: Runtime, kind: str, message_bytes: int, chips: int,
     generation
         NCCL's GPU generation (``volta``, ``ampere``, ``hopper``, ``blackwell``) for its LL
         bandwidth cap on one node; ``None`` applies no cap.
+    chips_per_node, intra_link_kind, intra_link_latency_s
+        On a network link: the chips of one node (its link domain) and the link between them.
+        A tuned library then costs both levels as NCCL's tuner does: a ring's steps inside a
+        node at the node's latency and its ``2 (nodes - 1)`` network steps at the network's; a
+        tree ``2 ((chips / nodes - 1) intra + log2(nodes) network)`` steps. With one chip per
+        node (the default) every step crosses the network.
 
     Returns
     -------
@@ -574,14 +586,18 @@ def collective_time(runtime: Runtime, kind: str, message_bytes: int, chips: int,
     """
     return min(collective_candidates(runtime, kind, message_bytes, chips, link_kind,
                                      link_bandwidth_bytes_per_s, link_latency_s, hops,
-                                     generation=generation),
+                                     generation=generation, chips_per_node=chips_per_node,
+                                     intra_link_kind=intra_link_kind,
+                                     intra_link_latency_s=intra_link_latency_s),
                key=lambda c: c.seconds)
 
 
 def collective_candidates(runtime: Runtime, kind: str, message_bytes: int, chips: int,
                           link_kind: str, link_bandwidth_bytes_per_s: float,
                           link_latency_s: float, hops: int, *,
-                          generation: str | None = None) -> tuple[CollectiveTime, ...]:
+                          generation: str | None = None, chips_per_node: int = 1,
+                          intra_link_kind: str = "nvlink",
+                          intra_link_latency_s: float = 0.0) -> tuple[CollectiveTime, ...]:
     """Every way the library (and the stack's custom all-reduce) could run this call, timed.
 
     The (algorithm, protocol) pairs the library's tuner considers for this link, and the
@@ -603,9 +619,11 @@ def collective_candidates(runtime: Runtime, kind: str, message_bytes: int, chips
         candidates = [_p2p_time(library, message_bytes, chips, link_kind,
                                 link_bandwidth_bytes_per_s, link_latency_s)]
     else:
+        nodes = (-(-chips // chips_per_node) if link_kind in _NETWORK_LINKS else 1)
+        intra = _Intra(_HW_ROW[intra_link_kind], intra_link_latency_s, chips // max(nodes, 1))
         candidates = _tuned_times(library, runtime.collective.algorithm, kind, message_bytes,
                                   chips, link_kind, link_bandwidth_bytes_per_s, link_latency_s,
-                                  generation)
+                                  generation, nodes, intra)
     custom = runtime.collective.custom_allreduce
     if kind == "all_reduce" and custom is not None and custom.serves(chips, link_kind,
                                                                      message_bytes):
@@ -638,16 +656,32 @@ def _steps(kind: str, chips: int) -> int:
     return 2 * (chips - 1) if kind == "all_reduce" else chips - 1
 
 
+@dataclass(frozen=True)
+class _Intra:
+    """The node-level link of a multi-node call: its latency row, latency and chips per node."""
+
+    row: str
+    latency_s: float
+    chips: int
+
+
 def _tuned_times(library: CollectiveLibrary, algorithm: str, kind: str, message_bytes: int,
                  chips: int, link_kind: str, bandwidth: float, link_latency_s: float,
-                 generation: str | None) -> list[CollectiveTime]:
-    """NCCL's cost table: every enabled (algorithm, protocol), as ncclTopoTuneModel builds it."""
+                 generation: str | None, nodes: int, intra: _Intra) -> list[CollectiveTime]:
+    """NCCL's cost table: every enabled (algorithm, protocol), as ncclTopoTuneModel builds it.
+
+    On a network link with ``nodes`` nodes of ``intra.chips`` chips: a ring's network steps are
+    ``2 (nodes - 1)`` for all-reduce (``nodes - 1`` otherwise), at the network's ring latency
+    (NCCL takes the tree row only with one rank per node), and its other steps run inside a
+    node, each at least a network post (``net_overhead``, x3 for Simple); a tree climbs
+    ``intra.chips - 1`` node steps and ``log2(nodes)`` network steps each way.
+    """
     network = link_kind in _NETWORK_LINKS
     row = _HW_ROW[link_kind]
     level = "network" if network else "intra"
     factors, base = dict(library.bandwidth_factor), dict(library.base_latency_s)
     hw = dict(library.hw_latency_s)
-    cap = _ll_cap(library, network, chips, generation)
+    cap = _ll_cap(library, network, nodes if network else chips, generation)
     algorithms = ("ring", "tree") if kind == "all_reduce" else ("ring",)
     if algorithm in algorithms:
         algorithms = (algorithm,)
@@ -661,15 +695,26 @@ def _tuned_times(library: CollectiveLibrary, algorithm: str, kind: str, message_
             if proto == "ll" and cap is not None:
                 bus = min(bus, cap)
             if algo == "ring":
-                algo_bw = bus * chips / _steps(kind, chips)
+                steps = _steps(kind, chips)
+                algo_bw = bus * chips / steps
                 step_row = library.ring_network_row if network else "ring"
                 step_s = max(hw[f"{row}.{step_row}.{proto}"], link_latency_s)
-                latency = base[f"ring.{proto}"] + _steps(kind, chips) * step_s
+                latency = base[f"ring.{proto}"] + steps * step_s
+                if network and nodes < chips:
+                    inter = _steps(kind, nodes)
+                    post = library.net_overhead_s * (3 if proto == "simple" else 1)
+                    intra_s = max(hw[f"{intra.row}.ring.{proto}"], intra.latency_s, post)
+                    inter_s = max(hw[f"{row}.ring.{proto}"], link_latency_s)   # ppn > 1
+                    latency = base[f"ring.{proto}"] + (steps - inter) * intra_s + inter * inter_s
             else:
                 algo_bw = bus * 0.5
                 step_s = max(hw[f"{row}.tree.{proto}"], link_latency_s)
                 depth = 2 * int(math.log2(chips)) if network else 2 * (chips - 1)
                 latency = base[f"tree.{proto}"] + depth * step_s
+                if network and nodes < chips:
+                    intra_s = max(hw[f"{intra.row}.tree.{proto}"], intra.latency_s)
+                    latency = (base[f"tree.{proto}"] + 2 * (intra.chips - 1) * intra_s
+                               + 2 * int(math.log2(nodes)) * step_s)
             corrections = dict(library.tree_correction).get(proto, ()) if algo == "tree" else ()
             bandwidth_s = _bandwidth_time(message_bytes, algo_bw, corrections)
             if bandwidth_s is not None:

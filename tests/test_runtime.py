@@ -449,3 +449,32 @@ def test_the_choice_is_the_least_candidate(call, size):
     cands = collective_candidates(rt, *args, generation=call["generation"])
     assert best.seconds == min(c.seconds for c in cands)
     assert all(math.isfinite(c.seconds) and c.seconds > 0 for c in cands)
+
+
+def test_two_level_collective_costs_node_steps_on_the_node_link_and_network_steps_on_the_network():
+    """16 GPUs as 2 nodes of 8 over InfiniBand: NCCL's tuner counts 2 (nodes - 1) network steps
+    of a ring all-reduce and the rest inside the nodes (each at least a network post, x3 for
+    Simple), and a tree 2 ((ranks/nodes - 1) intra + log2(nodes) network) steps."""
+    ib, size, n = 50e9, 1 << 20, 16
+    kwargs = dict(chips_per_node=8, intra_link_kind="nvlink", intra_link_latency_s=0.0)
+    cands = collective_candidates(runtime("hf-eager"), "all_reduce", size, n, "infiniband", ib,
+                                  0.0, 1, **kwargs)
+    ring_ll, ring_simple = by(cands, "ring", "ll"), by(cands, "ring", "simple")
+    assert ring_ll.latency_s == pytest.approx((6.6 + 28 * max(0.6, 1.0) + 2 * 2.7) * US)
+    assert ring_simple.latency_s == pytest.approx((8.4 + 28 * max(3.4, 3.0) + 2 * 14) * US)
+    tree_ll = by(cands, "tree", "ll")
+    assert tree_ll.latency_s == pytest.approx((6.8 + 2 * (7 * 0.6 + 1 * 5.0)) * US)
+    flat = collective_candidates(runtime("hf-eager"), "all_reduce", size, n, "infiniband", ib,
+                                 0.0, 1)
+    for cand in cands:          # the network's bandwidth either way (LL's cap counts nodes)
+        same = by(flat, cand.algorithm, cand.protocol)
+        if cand.protocol != "ll":
+            assert cand.bandwidth_s == pytest.approx(same.bandwidth_s)
+        assert cand.latency_s < same.latency_s
+
+
+def test_one_chip_per_node_is_the_flat_network_model():
+    args = (runtime("vllm"), "all_reduce", 65536, 8, "infiniband", 50e9, 2.7e-6, 7)
+    assert collective_time(*args) == collective_time(*args, chips_per_node=1,
+                                                     intra_link_kind="nvlink",
+                                                     intra_link_latency_s=1e-6)
