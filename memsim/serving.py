@@ -56,6 +56,7 @@ from memsim.plan import plan_system
 from memsim.workload import Decode, Prefill
 
 SCHEDULING = ("mixed", "prefill-first")
+MAX_CHUNK_STEPS = 16      # chunk positions emulated per prompt; more chunks share positions
 
 
 def _count(value: Any, field: str, minimum: int) -> int:
@@ -170,6 +171,10 @@ def serve(device: Device | str, model: Model | str, *, input_tokens: int, output
              "new_tokens"} & set(fields)
     if taken:
         raise ConfigError(f"serve sets {', '.join(sorted(taken))} itself", field=sorted(taken)[0])
+    unknown = sorted(set(fields) - {f.name for f in dataclasses.fields(Decode)})
+    if unknown:
+        raise ConfigError(f"expected Decode fields (weights, kv, tp, runtime, ...), got "
+                          f"{', '.join(unknown)}", field=unknown[0])
     template = Decode(batch=1, context=inputs + outputs // 2, **fields)
     dev, mod = resolve(device, model, template)
     live = _live_sequences(dev, mod, template, cap, inputs + outputs)
@@ -207,6 +212,7 @@ class _Kind:
     position: int                 # prompt tokens cached before them
     waiting: int                  # decoding sequences whose next token waits for this step
     prompts: int = 1              # requests whose prompt tokens these are
+    count: int = 1                # steps of one prompt's life this kind stands for
 
 
 @dataclass(frozen=True)
@@ -232,8 +238,8 @@ def _mixed(live: int, inputs: int, outputs: int, budget: int | None) -> _Plan:
     chunks = -(-inputs // room)
     rate = live / (outputs - 1 + chunks)
     if chunks * (live - 1) <= outputs - 1:          # prompts one at a time
-        kinds = [_Kind("chunk", rate, live - 1, min(room, inputs - j * room), j * room, live - 1)
-                 for j in range(chunks)]
+        kinds = [_Kind("chunk", rate * len(group), live - 1, min(room, inputs - j * room),
+                       j * room, live - 1, count=len(group)) for j, group in _chunk_groups(chunks)]
         if 1 - rate * chunks > 0:
             kinds.append(_Kind("decode", 1 - rate * chunks, live, 0, 0, live))
         return _Plan(rate, float(chunks), True, tuple(kinds))
@@ -247,6 +253,19 @@ def _mixed(live: int, inputs: int, outputs: int, budget: int | None) -> _Plan:
                   "emulated as one sequence's chunk, whose causal attention spans all of them")
     kind = _Kind("chunk", 1.0, decodes, prompt, max(0, (inputs - prompt) // 2), decodes)
     return _Plan(rate, live / rate - (outputs - 1), False, (kind,), limits)
+
+
+def _chunk_groups(chunks: int) -> list[tuple[int, range]]:
+    """The chunks of one prompt, each alone, or (past ``MAX_CHUNK_STEPS``) the full chunks in
+    equal runs, each emulated at its middle chunk's position (a chunk's time grows about
+    linearly with its position), and the last, partial chunk alone."""
+    if chunks <= MAX_CHUNK_STEPS:
+        return [(j, range(j, j + 1)) for j in range(chunks)]
+    full = chunks - 1
+    runs = MAX_CHUNK_STEPS - 1
+    edges = [full * i // runs for i in range(runs + 1)]
+    groups = [((lo + hi - 1) // 2, range(lo, hi)) for lo, hi in zip(edges, edges[1:], strict=False)]
+    return groups + [(full, range(full, chunks))]
 
 
 def _prefill_first(live: int, inputs: int, outputs: int) -> _Plan:
@@ -266,11 +285,11 @@ def _emulate_step(dev: Device, mod: Model, template: Decode, kind: _Kind,
                   context: int) -> tuple[float, str]:
     """One step kind through the walker: the warm step where the plan allows it (a decode
     step's context and a chunk's cache grow by one step between the two emulated steps)."""
-    if kind.kind == "prefill":
+    if kind.kind == "prefill" or (kind.kind == "chunk" and kind.decodes == 0):
         fields = {f.name: getattr(template, f.name) for f in dataclasses.fields(Prefill)
                   if f.name not in ("batch", "prompt", "cached")}
         report = emulate(dev, mod, Prefill(batch=kind.prompts, prompt=kind.prompt // kind.prompts,
-                                           **fields))
+                                           cached=kind.position, **fields))
         return report.time_per_step, report.bottleneck
     step = dict(batch=kind.decodes, context=max(0, context - 1))
     if kind.kind == "chunk" and kind.position >= kind.prompt:
@@ -292,8 +311,8 @@ def _steady_state(dev: Device, mod: Model, template: Decode, plan: _Plan, *, cli
     step_s = sum(s.share * s.time_s for s in steps)
     tokens = sum(k.share * k.decodes for k in plan.kinds)
     waited = sum(k.share * k.waiting * s.time_s for k, s in zip(plan.kinds, steps))
-    prompt_s = (sum(s.time_s for s in steps if s.kind != "decode") if plan.one_at_a_time
-                else plan.prompt_steps * step_s)
+    prompt_s = (sum(k.count * s.time_s for k, s in zip(plan.kinds, steps) if k.kind != "decode")
+                if plan.one_at_a_time else plan.prompt_steps * step_s)
     by_time: dict[str, float] = {}
     for s in steps:
         by_time[s.bottleneck] = by_time.get(s.bottleneck, 0.0) + s.share * s.time_s

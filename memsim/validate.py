@@ -31,12 +31,11 @@ from memsim.device import Device
 from memsim.emulate import emulate
 from memsim.errors import ConfigError
 from memsim.inputs import decode_from, device_from, model_from
-from memsim.workload import Prefill
 from memsim.model import Model
 from memsim.serving import SCHEDULING, Serving, serve
 from memsim.speculative import Acceptance, closed_form_tokens, speculative
 from memsim.units import format_quantity
-from memsim.workload import Decode
+from memsim.workload import Decode, Prefill
 
 DECODE_METRICS = ("tokens_per_s_per_user", "ms_per_token", "tokens_per_s_total")
 METRICS = DECODE_METRICS + ("ttft_ms", "speedup")

@@ -155,7 +155,7 @@ def test_acceptance_inverts_the_expected_tokens():
 
 
 @pytest.mark.parametrize("extra, reason", [
-    (dict(serving="chunked prefill, 512-token chunks"), "mixed prefill + decode"),
+    (dict(serving="chunked prefill, 512-token chunks"), "without input_tokens and output_tokens"),
     (dict(speculative_in_figure=True), "includes speculative decoding"),
 ])
 def test_rows_memsim_cannot_predict_say_why(extra, reason):
