@@ -439,7 +439,8 @@ def _fmt(error: float | None) -> str:
 def _median_lines(summary: Summary) -> list[str]:
     lines = ["## Median absolute error by group", "",
              "Decode rows (tokens per second or milliseconds per token) by batch, chip count, "
-             "device family and runtime; speculative rows on the speedup. `python -c \"import "
+             "device family and runtime; speculative rows on the speedup; serving rows on their "
+             "steady state's inter-token latency or output tokens/s. `python -c \"import "
              "memsim.validate as v; print(v.summary().to_dict())\"` gives the same as data.", "",
              "| group | predicted rows | median abs error |", "|---|---|---|"]
     for item in summary.groups:
@@ -555,6 +556,11 @@ def render(rows: Sequence[Row], folder: Path) -> str:
                       f"{batch1.rows} batch-1 decode rows, "
                       f"{100 * (every.median_abs_error or 0.0):.1f}% over all {every.rows} "
                       "decode rows.")
+    serving = summary.median(SERVING_GROUP)
+    if serving is not None:
+        rows_served = next(g.rows for g in summary.groups if g.group == SERVING_GROUP)
+        lines[-1] += (f" Serving (continuous batching, `memsim.serve`): **{100 * serving:.1f}%** "
+                      f"over {rows_served} rows.")
     if roof1:
         lines += ["", f"A bytes-over-peak-bandwidth roofline of the same rows (the bytes memsim "
                       f"counts, over the main memory's peak) is off by a median "
