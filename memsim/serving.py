@@ -153,7 +153,8 @@ def serve(device: Device | str, model: Model | str, *, input_tokens: int, output
     input_tokens, output_tokens : per request (I >= 0, O >= 1).
     concurrency : clients, each with one request in flight.
     token_budget : tokens one step may compute (vLLM ``max_num_batched_tokens``, TensorRT-LLM
-        ``max_num_tokens``); ``None``: no limit, a prompt goes whole into one step.
+        ``max_num_tokens``); ``None``: no limit, a prompt goes whole into one step. Only
+        ``mixed`` scheduling chunks prompts; ``prefill-first`` prefills them whole.
     max_batch : sequences the engine schedules at once (``max_num_seqs``, ``max_batch_size``).
     scheduling : ``mixed`` (prompt chunks ride in decode steps) or ``prefill-first``.
     fields : :class:`memsim.Decode` fields of every step (``weights``, ``kv``, ``tp``,
@@ -242,7 +243,9 @@ def _mixed(live: int, inputs: int, outputs: int, budget: int | None) -> _Plan:
                        j * room, live - 1, count=len(group)) for j, group in _chunk_groups(chunks)]
         if 1 - rate * chunks > 0:
             kinds.append(_Kind("decode", 1 - rate * chunks, live, 0, 0, live))
-        return _Plan(rate, float(chunks), True, tuple(kinds))
+        limits = (f"a prompt's {chunks} chunks are emulated at {MAX_CHUNK_STEPS} positions"
+                  if chunks > MAX_CHUNK_STEPS else "")
+        return _Plan(rate, float(chunks), True, tuple(kinds), limits)
     if budget is not None:
         rate = min(rate, budget / (outputs - 1 + inputs))
     decodes = max(1, round(rate * (outputs - 1)))

@@ -162,7 +162,7 @@ def test_a_prompt_of_many_chunks_emulates_a_bounded_number_of_positions():
     state = serve(DEVICE, MODEL, input_tokens=8000, output_tokens=4000, concurrency=4,
                   token_budget=103)
     chunks = [s for s in state.steps if s.kind == "chunk"]
-    assert len(chunks) == memsim.serving.MAX_CHUNK_STEPS
+    assert len(chunks) == memsim.serving.MAX_CHUNK_STEPS and "80 chunks" in state.limits
     assert state.prompt_steps == math.ceil(8000 / 100)
     assert sum(s.share for s in chunks) == pytest.approx(
         state.requests_per_step * state.prompt_steps, rel=1e-12)
