@@ -42,6 +42,7 @@ _HOMES = {
     "sweep": "memsim.sweep",
     "format_quantity": "memsim.units", "parse_quantity": "memsim.units",
     "Decode": "memsim.workload", "Prefill": "memsim.workload",
+    "Serving": "memsim.serving", "ServingStep": "memsim.serving", "serve": "memsim.serving",
 }
 
 __all__ = sorted(["__version__", *_HOMES])

@@ -6,9 +6,11 @@ repository's ``validation/``, shipped inside the package as ``memsim/validation`
 ``findings.toml`` explaining rows memsim gets wrong), predicts each measured configuration, and
 renders the comparison as Markdown with the median error per group (device family, runtime,
 batch 1 or batched, one chip or several, speculative speedups). ``summary()`` returns the same
-medians as data. Rows memsim cannot predict (time to first token, serving steps with prompt
-chunks, figures that include unpublished speculative decoding, formats memsim does not know)
-are listed with the reason.
+medians as data. Rows memsim cannot predict (serving rows without the requests' lengths,
+figures that include unpublished speculative decoding, formats memsim does not know)
+are listed with the reason. Serving rows (continuous batching: ``serving`` with the requests'
+``input_tokens`` and ``output_tokens``) are predicted by :func:`memsim.serving.serve` and have
+their own group.
 
 Example: ``memsim.validate.summary().median("batch 1")`` is the median absolute error over the
 batch-1 decode rows.
@@ -29,11 +31,11 @@ from memsim.device import Device
 from memsim.emulate import emulate
 from memsim.errors import ConfigError
 from memsim.inputs import decode_from, device_from, model_from
-from memsim.workload import Prefill
 from memsim.model import Model
+from memsim.serving import SCHEDULING, Serving, serve
 from memsim.speculative import Acceptance, closed_form_tokens, speculative
 from memsim.units import format_quantity
-from memsim.workload import Decode
+from memsim.workload import Decode, Prefill
 
 DECODE_METRICS = ("tokens_per_s_per_user", "ms_per_token", "tokens_per_s_total")
 METRICS = DECODE_METRICS + ("ttft_ms", "speedup")
@@ -43,7 +45,11 @@ SPEC_METHODS = ("draft", "heads", "ngram")
 REQUIRED = ("id", "device", "model", "weights", "software", "runtime", "batch", "context",
             "metric", "value", "source")
 OPTIONAL = ("chips", "parallel", "kv", "note", "prompt", "serving", "speculative_in_figure",
-            "method", "draft", "gamma", "tree", "accepted_tokens", "acceptance")
+            "method", "draft", "gamma", "tree", "accepted_tokens", "acceptance",
+            "input_tokens", "output_tokens", "concurrency", "token_budget", "max_batch",
+            "scheduling")
+SERVING_METRICS = ("ms_per_token", "tokens_per_s_total", "tokens_per_s_per_user")
+SERVING_GROUP = "serving (continuous batching)"
 HEADER = "# memsim against measurements"
 
 # Device name prefix -> family (catalog and validation device files alike; the device files
@@ -57,9 +63,8 @@ FAMILY_PREFIXES = (
     ("maia", "Microsoft"), ("mtia", "Meta"), ("ipu", "Graphcore"),
 )
 
-NO_MIXED_STEP = ("serving step: the engine mixes prompt chunks of arriving requests into the "
-                 "decode steps ({serving}); memsim has no mixed prefill + decode step yet "
-                 "(issue 17, item 2)")
+NO_SERVING_SHAPE = ("serving row ({serving}) without input_tokens and output_tokens: memsim "
+                    "predicts continuous batching from the requests' lengths")
 SPEC_IN_FIGURE = ("the published figure includes speculative decoding whose draft and "
                   "acceptance are not published; memsim's plain decode is not comparable")
 
@@ -82,6 +87,7 @@ class Row:
     bottleneck: str
     problem: str                   # why there is no prediction
     roofline_error: float | None = None   # the same for bytes over peak bandwidth
+    serving: Serving | None = None         # a serving row's steady state
 
     @property
     def id(self) -> str:
@@ -112,9 +118,14 @@ class Row:
         return self.measurement["metric"] == "ttft_ms"
 
     @property
+    def is_serving(self) -> bool:
+        """A serving row: continuous batching of requests, predicted by :func:`memsim.serve`."""
+        return bool(self.measurement.get("serving"))
+
+    @property
     def is_decode(self) -> bool:
-        """A decode-speed row (not a speedup, not a time to first token)."""
-        return self.measurement["metric"] in DECODE_METRICS
+        """A decode-speed row (not serving, not a speedup, not a time to first token)."""
+        return self.measurement["metric"] in DECODE_METRICS and not self.is_serving
 
 
 @dataclass(frozen=True)
@@ -132,7 +143,9 @@ class Summary:
 
     Decode groups (``all``, ``batch 1``, ``batched``, ``single chip``, ``multi-chip``,
     ``family X``, ``runtime X``) hold the decode-speed rows; ``speculative`` holds the speedup
-    rows (their error is on the speedup).
+    rows (their error is on the speedup); ``time to first token`` the prefill rows;
+    ``serving (continuous batching)`` the serving rows (their own metric: inter-token latency or
+    output tokens/s of the steady state).
     """
 
     measurements: int
@@ -160,6 +173,7 @@ def _median(name: str, rows: Sequence[Row]) -> Median:
 def summarize(rows: Sequence[Row]) -> Summary:
     """Medians of |error| per group; groups in a fixed order, then families and runtimes."""
     decode = [r for r in rows if r.is_decode and r.error is not None]
+    serving = [r for r in rows if r.is_serving]
     groups = [
         _median("all", decode),
         _median("batch 1", [r for r in decode if r.measurement["batch"] == 1]),
@@ -168,6 +182,7 @@ def summarize(rows: Sequence[Row]) -> Summary:
         _median("multi-chip", [r for r in decode if r.chips > 1]),
         _median("speculative", [r for r in rows if r.is_speculative]),
         _median("time to first token", [r for r in rows if r.is_prefill]),
+        _median(SERVING_GROUP, serving),
     ]
     for family in sorted({r.family for r in decode}):
         groups.append(_median(f"family {family}", [r for r in decode if r.family == family]))
@@ -214,6 +229,8 @@ def _check_row(row: dict[str, Any], i: int, file: str) -> None:
         raise ConfigError("expected a positive number", file=file, field=prefix + "value")
     if row["metric"] == "ttft_ms":
         require_int(row.get("prompt"), file=file, field=prefix + "prompt")
+    if row.get("serving"):
+        _check_serving(row, prefix, file)
     if row["metric"] == "speedup":
         require_str(row.get("method"), file=file, field=prefix + "method", choices=SPEC_METHODS)
         require_int(row.get("gamma"), file=file, field=prefix + "gamma")
@@ -223,6 +240,22 @@ def _check_row(row: dict[str, Any], i: int, file: str) -> None:
                               file=file, field=prefix + "accepted_tokens")
         if row["method"] == "draft":
             require_str(row.get("draft"), file=file, field=prefix + "draft")
+
+
+def _check_serving(row: dict[str, Any], prefix: str, file: str) -> None:
+    """A serving row's request shape and engine settings, where it states them."""
+    require_str(row["serving"], file=file, field=prefix + "serving")
+    if "input_tokens" in row or "output_tokens" in row:
+        require_int(row.get("input_tokens"), file=file, field=prefix + "input_tokens",
+                    minimum=0)
+        require_int(row.get("output_tokens"), file=file, field=prefix + "output_tokens")
+        require_str(row["metric"], file=file, field=prefix + "metric", choices=SERVING_METRICS)
+    for name in ("concurrency", "token_budget", "max_batch"):
+        if name in row:
+            require_int(row[name], file=file, field=prefix + name)
+    if "scheduling" in row:
+        require_str(row["scheduling"], file=file, field=prefix + "scheduling",
+                    choices=SCHEDULING)
 
 
 def load_measurements(folder: Path) -> list[dict[str, Any]]:
@@ -261,8 +294,8 @@ def acceptance_for(tokens: float, gamma: int, tree: Sequence[int] | None = None)
 
 def _unpredictable(row: dict[str, Any]) -> str:
     """Why memsim cannot predict a row as stated ("" when it can try)."""
-    if row.get("serving"):
-        return NO_MIXED_STEP.format(serving=row["serving"])
+    if row.get("serving") and "input_tokens" not in row:
+        return NO_SERVING_SHAPE.format(serving=row["serving"])
     if row.get("speculative_in_figure"):
         return SPEC_IN_FIGURE
     return ""
@@ -288,6 +321,19 @@ def _predict_speedup(row: dict[str, Any], dev: Device, mod: Model, folder: Path)
                f"verify {report.verify_bound_by}", "")
 
 
+def _predict_serving(row: dict[str, Any], dev: Device, mod: Model) -> Row:
+    fields = {k: v for k, v in _decode_fields(row).items() if k not in ("batch", "context")}
+    state = serve(dev, mod, input_tokens=row["input_tokens"], output_tokens=row["output_tokens"],
+                  concurrency=row.get("concurrency", row["batch"]),
+                  token_budget=row.get("token_budget"), max_batch=row.get("max_batch"),
+                  scheduling=row.get("scheduling", "mixed"), **fields)
+    value = {"ms_per_token": 1e3 * state.inter_token_latency_s,
+             "tokens_per_s_total": state.output_tokens_per_s,
+             "tokens_per_s_per_user": state.tokens_per_s_per_user}[row["metric"]]
+    return Row(row, value, _speed_ratio(row, value) - 1, state.bottleneck, "", None,
+               state)
+
+
 def predict(row: dict[str, Any], folder: Path) -> Row:
     """memsim's figure for one measured configuration, in the measurement's metric."""
     reason = _unpredictable(row)
@@ -298,6 +344,8 @@ def predict(row: dict[str, Any], folder: Path) -> Row:
         mod = resolve_model(row["model"], folder)
         if row["metric"] == "speedup":
             return _predict_speedup(row, dev, mod, folder)
+        if row.get("serving"):
+            return _predict_serving(row, dev, mod)
         if row["metric"] == "ttft_ms":
             fields = {k: v for k, v in _decode_fields(row).items() if k != "context"}
             report = emulate(dev, mod, Prefill(prompt=row["prompt"], **fields))
@@ -391,7 +439,8 @@ def _fmt(error: float | None) -> str:
 def _median_lines(summary: Summary) -> list[str]:
     lines = ["## Median absolute error by group", "",
              "Decode rows (tokens per second or milliseconds per token) by batch, chip count, "
-             "device family and runtime; speculative rows on the speedup. `python -c \"import "
+             "device family and runtime; speculative rows on the speedup; serving rows on their "
+             "steady state's inter-token latency or output tokens/s. `python -c \"import "
              "memsim.validate as v; print(v.summary().to_dict())\"` gives the same as data.", "",
              "| group | predicted rows | median abs error |", "|---|---|---|"]
     for item in summary.groups:
@@ -415,6 +464,41 @@ def _decode_table(rows: Sequence[Row]) -> list[str]:
                      f"{m['weights']} | {m['runtime']} | {m['batch']} | {m['context']} | "
                      f"{m['metric']} | {m['value']} | {predicted} | {_fmt(r.error)} | "
                      f"{_fmt(r.roofline_error)} | {r.bottleneck or r.problem} |")
+    return lines + [""]
+
+
+def _serving_table(rows: Sequence[Row]) -> list[str]:
+    lines = ["## Serving rows (continuous batching)", "",
+             "memsim predicts the steady state of continuous batching (`memsim.serve`): from the "
+             "requests' input and output tokens, the clients' concurrency and the engine's token "
+             "budget, Little's law gives the requests finishing per step, the decodes and prompt "
+             "tokens each step carries, and which steps carry prompt chunks; every kind of step "
+             "is emulated (a decode step with a `prefill_chunk`, a plain decode step or a "
+             "prefill). Live: sequences in the engine (the concurrency, the engine's max batch or "
+             "what memsim's capacity check holds at input + output tokens, the least). Metric "
+             "`ms_per_token` is the mean inter-token latency, `tokens_per_s_total` output tokens "
+             "per second.", "",
+             "| id | device x chips | model | weights | runtime | scheduling | ISL / OSL | "
+             "concurrency | budget | live | steps (share: decodes + prompt tokens) | metric | "
+             "measured | memsim | error | memsim bound by |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        m = r.measurement
+        state = r.serving
+        steps = "-" if state is None else ", ".join(
+            f"{s.share:.2f}: {s.decode_sequences} + {s.prompt_tokens}" for s in state.steps)
+        predicted = "-" if r.predicted is None else f"{r.predicted:.1f}"
+        lines.append(f"| {m['id']} | {m['device']} x {r.chips} | {m['model']} | {m['weights']} | "
+                     f"{m['runtime']} | {m.get('scheduling', 'mixed')} | "
+                     f"{m.get('input_tokens', '-')} / {m.get('output_tokens', '-')} | "
+                     f"{m.get('concurrency', m['batch'])} | {m.get('token_budget', '-')} | "
+                     f"{'-' if state is None else state.live_sequences} | {steps} | "
+                     f"{m['metric']} | {m['value']} | {predicted} | {_fmt(r.error)} | "
+                     f"{r.bottleneck or r.problem} |")
+    limited = [r for r in rows if r.serving is not None and r.serving.limits]
+    if limited:
+        lines += ["", "What the emulated steps approximate:", ""]
+        lines += [f"- **{r.id}**: {r.serving.limits}" for r in limited]
     return lines + [""]
 
 
@@ -457,7 +541,7 @@ def render(rows: Sequence[Row], folder: Path) -> str:
     if findings_file.exists():
         findings = {str(k): str(v) for k, v in read_toml_file(findings_file).items()}
     summary = summarize(rows)
-    decode = [r for r in rows if not r.is_speculative]
+    decode = [r for r in rows if not r.is_speculative and not r.is_serving]
     roof1 = [abs(r.roofline_error) for r in decode if r.roofline_error is not None
              and r.measurement["batch"] == 1]
     batch1, every = summary.groups[1], summary.groups[0]
@@ -472,6 +556,11 @@ def render(rows: Sequence[Row], folder: Path) -> str:
                       f"{batch1.rows} batch-1 decode rows, "
                       f"{100 * (every.median_abs_error or 0.0):.1f}% over all {every.rows} "
                       "decode rows.")
+    serving = summary.median(SERVING_GROUP)
+    if serving is not None:
+        rows_served = next(g.rows for g in summary.groups if g.group == SERVING_GROUP)
+        lines[-1] += (f" Serving (continuous batching, `memsim.serve`): **{100 * serving:.1f}%** "
+                      f"over {rows_served} rows.")
     if roof1:
         lines += ["", f"A bytes-over-peak-bandwidth roofline of the same rows (the bytes memsim "
                       f"counts, over the main memory's peak) is off by a median "
@@ -479,6 +568,7 @@ def render(rows: Sequence[Row], folder: Path) -> str:
                       "cycle model (sustained bandwidth, launches, collective latency, waves, "
                       "dequantization) is there to close."]
     lines += [""] + _median_lines(summary) + _decode_table(decode)
+    lines += _serving_table([r for r in rows if r.is_serving])
     lines += _speculative_table([r for r in rows if r.is_speculative])
     lines += _unpredictable_lines(rows)
     worst = sorted((r for r in rows if r.error is not None), key=lambda r: -abs(r.error))[:10]

@@ -155,7 +155,7 @@ def test_acceptance_inverts_the_expected_tokens():
 
 
 @pytest.mark.parametrize("extra, reason", [
-    (dict(serving="chunked prefill, 512-token chunks"), "mixed prefill + decode"),
+    (dict(serving="chunked prefill, 512-token chunks"), "without input_tokens and output_tokens"),
     (dict(speculative_in_figure=True), "includes speculative decoding"),
 ])
 def test_rows_memsim_cannot_predict_say_why(extra, reason):
@@ -202,3 +202,38 @@ def test_time_to_first_token_rows_are_predicted_by_a_prefill():
                              memsim.Prefill(prompt=128, runtime="trt-llm"))
     assert result.predicted == pytest.approx(1e3 * prefill.time_per_step)
     assert result.error == pytest.approx(20.0 / result.predicted - 1)       # on speed
+
+
+def test_serving_rows_are_predicted_by_the_steady_state_in_their_own_group(tmp_path):
+    folder = folder_with(tmp_path, [dict(id="plain", device="my-gpu", model="my-model", batch=8,
+                                         metric="tokens_per_s_total", value=1000.0)])
+    serving = ('serving = "chunked prefill"\ninput_tokens = 1024\noutput_tokens = 128\n'
+               'token_budget = 2048\n')
+    text = (folder / "measurements.toml").read_text()
+    for metric in ("ms_per_token", "tokens_per_s_total"):
+        text += ROW.format(id=f"s-{metric}", device="my-gpu", model="my-model", weights="bf16",
+                           batch=64, metric=metric, value=10.0) + serving
+    (folder / "measurements.toml").write_text(text)
+    rows, report = validate(folder)
+    by_id = {r.id: r for r in rows}
+    state = memsim.serve(resolve_device("my-gpu", folder), resolve_model("my-model", folder),
+                         input_tokens=1024, output_tokens=128, concurrency=64,
+                         token_budget=2048, runtime="vllm")
+    assert by_id["s-ms_per_token"].predicted == pytest.approx(1e3 * state.inter_token_latency_s)
+    assert by_id["s-tokens_per_s_total"].predicted == pytest.approx(state.output_tokens_per_s)
+    summary = summarize(rows)
+    assert summary.median("serving (continuous batching)") is not None
+    assert [g.rows for g in summary.groups if g.group == "all"] == [1]   # serving kept apart
+    assert "## Serving rows (continuous batching)" in report and "| s-ms_per_token |" in report
+
+
+def test_a_serving_row_with_a_decode_only_metric_is_refused(tmp_path):
+    folder = folder_with(tmp_path, [dict(id="s", device="my-gpu", model="my-model", batch=64,
+                                         metric="ttft_ms", value=10.0)])
+    text = (folder / "measurements.toml").read_text().replace(
+        'metric = "ttft_ms"', 'metric = "ttft_ms"\nprompt = 8\nserving = "x"\n'
+        'input_tokens = 8\noutput_tokens = 8')
+    (folder / "measurements.toml").write_text(text)
+    with pytest.raises(memsim.ConfigError) as error:
+        load_measurements(folder)
+    assert error.value.field.endswith("metric")
