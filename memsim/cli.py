@@ -146,6 +146,23 @@ def _prefill(args: argparse.Namespace, dev: Any, mod: Any, decode: Decode) -> in
     return 0
 
 
+_SERVE_SETS = ("batch", "context", "steps", "prefill_chunk", "prefill_context", "new_tokens")
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from memsim.serving import serve
+
+    dev, mod = device_from(_request(args)), model_from(args.model)
+    decode = _workload(args, skip=_SERVE_SETS)
+    fields = {f.name: getattr(decode, f.name) for f in dataclasses.fields(Decode)
+              if f.name not in _SERVE_SETS + LOWERED_FIELDS}
+    result = serve(dev, mod, input_tokens=args.input_tokens, output_tokens=args.output_tokens,
+                   concurrency=args.concurrency, token_budget=args.token_budget,
+                   max_batch=args.max_batch, scheduling=args.scheduling, **fields)
+    print(json.dumps(result.to_dict(), indent=2) if args.json else render.serving_text(result))
+    return 0
+
+
 def cmd_plan(args: argparse.Namespace) -> int:
     from memsim.capacity import capacity_table, smallest_system
     from memsim.plan import plan_system
@@ -455,6 +472,24 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--cached", type=int, default=0, metavar="TOKENS",
                    help="with --prefill: prompt tokens whose KV is already cached (prefix "
                         "caching)")
+
+    p = verb("serve", cmd_serve, "continuous batching in steady state: output tokens/s and the "
+                                 "inter-token latency of CONCURRENCY clients")
+    _device_model(p)
+    _workload_flags(p, skip=_SERVE_SETS)
+    p.add_argument("--input-tokens", type=int, required=True, help="prompt tokens per request")
+    p.add_argument("--output-tokens", type=int, required=True, help="output tokens per request")
+    p.add_argument("--concurrency", type=int, required=True,
+                   help="clients, each with one request in flight")
+    p.add_argument("--token-budget", type=int, default=None,
+                   help="tokens one step may compute (vLLM max_num_batched_tokens, TensorRT-LLM "
+                        "max_num_tokens); default: a prompt goes whole into one step")
+    p.add_argument("--max-batch", type=int, default=None,
+                   help="sequences the engine schedules at once (max_num_seqs, max_batch_size)")
+    p.add_argument("--scheduling", default="mixed", choices=("mixed", "prefill-first"),
+                   help="prompt chunks ride in decode steps (vLLM, SGLang, TensorRT-LLM) or "
+                        "prompts are prefilled in steps of their own (TGI)")
+    json_flag(p)
 
     p = verb("plan", cmd_plan, "where MODEL's bytes live on DEVICE, and the fewest chips")
     _device_model(p)

@@ -373,3 +373,32 @@ def search_text(result: Any, *, limit: int = 15) -> str:
                        "tok/s; fewest chips first where no price is public); pareto *: no "
                        "other configuration has both lower ms/tok and higher tok/s/chip"))
     return "\n".join(lines)
+
+
+def serving_text(result: Any) -> str:
+    """``memsim serve``: the steady state of continuous batching, then its kinds of step."""
+    budget = "no token budget" if result.token_budget is None else \
+        f"token budget {result.token_budget:,}"
+    lines = [
+        f"{result.model} on {result.device}: {result.concurrency} clients, "
+        f"{result.input_tokens:,} prompt + {result.output_tokens:,} output tokens per request, "
+        f"{result.scheduling} scheduling, {budget}",
+        f"  output tokens/s       {result.output_tokens_per_s:,.1f} in aggregate, "
+        f"{result.tokens_per_s_per_user:,.1f} per user",
+        f"  inter-token latency   {format_quantity(result.inter_token_latency_s, 'time')}",
+        f"  time to first token   {format_quantity(result.time_to_first_token_s, 'time')} "
+        "(queue and prompt steps; no front end)",
+        f"  in the engine         {result.live_sequences} sequences; per step "
+        f"{result.decode_sequences_per_step:,.2f} decoding, "
+        f"{result.prompt_tokens_per_step:,.1f} prompt tokens",
+        f"  mean step             {format_quantity(result.step_time_s, 'time')}, "
+        f"bound by {result.bottleneck}",
+        "",
+        table(("step", "share", "decoding", "prompt tokens", "at position", "time", "bound by"),
+              [(s.kind, f"{s.share:.3f}", s.decode_sequences, s.prompt_tokens,
+                s.prompt_context, format_quantity(s.time_s, "time"), s.bottleneck)
+               for s in result.steps]),
+    ]
+    if result.limits:
+        lines += ["", f"  approximations: {result.limits}"]
+    return "\n".join(lines) + "\n"

@@ -16,7 +16,7 @@ FLOORS = (
     ("inputs",),
     ("lower", "layout", "routing", "precision", "plan"),
     ("emulate", "counts", "report"),
-    ("capacity", "compare", "speculative", "validate"),
+    ("capacity", "compare", "speculative", "serving", "validate"),
     ("study", "sweep", "store"),
     ("cli", "plot", "render", "bench"),
 )

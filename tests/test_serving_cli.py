@@ -109,3 +109,22 @@ def test_terabytes_per_second_written_as_bps_suggests_tb_per_s(capsys):
     code, _, err = run(capsys, "run", "h100-sxm", "llama-3.2-1b", "--set",
                        "tiers.hbm.bandwidth=5TBps")
     assert code == 2 and "did you mean 'TB/s'" in err
+
+
+def test_serve_verb_prints_the_steady_state_serve_computes(capsys):
+    """`memsim serve` takes the run flags (less the ones serve sets) and shows memsim.serve's
+    figures: the same output tokens/s as the Python API."""
+    from memsim.serving import serve
+
+    argv = ["serve", "h100-sxm", "llama-3.2-1b", "--input-tokens", "256", "--output-tokens", "64",
+            "--concurrency", "16", "--token-budget", "512", "--weights", "fp8-e4m3"]
+    assert main(argv + ["--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    expected = serve("h100-sxm", "llama-3.2-1b", input_tokens=256, output_tokens=64,
+                     concurrency=16, token_budget=512, weights="fp8-e4m3")
+    assert data["output_tokens_per_s"] == pytest.approx(expected.output_tokens_per_s)
+    assert main(argv) == 0
+    text = capsys.readouterr().out
+    assert f"{expected.output_tokens_per_s:,.1f} in aggregate" in text
+    with pytest.raises(SystemExit):
+        main(argv + ["--batch", "4"])          # serve sets the batch itself
