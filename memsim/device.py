@@ -140,6 +140,7 @@ class Device:
     scale_out: Link | None = None
     runtime: str | None = None
     activation_width: int = 0    # output columns one staged activation read feeds (0: matrix_unit n)
+    sustained_compute: tuple[tuple[str, float], ...] = ()   # measured matmul rates, by class
     runtime_overrides: tuple[tuple[str, Any], ...] = ()  # what-ifs of the stack ("launch", "6 us")
 
     def tier(self, name: str) -> Tier:
@@ -162,6 +163,12 @@ class Device:
     def peak(self, compute_class: str) -> float | None:
         """Dense matrix peak in operations/s for a compute class, None when not native."""
         return dict(self.compute).get(compute_class)
+
+    def matmul_rate(self, compute_class: str) -> float | None:
+        """What a large matmul of the class achieves, operations/s: the file's
+        ``sustained_compute`` (a measured maximum achievable rate) where it gives one, else the
+        peak; None when the class is not native."""
+        return dict(self.sustained_compute).get(compute_class, self.peak(compute_class))
 
     @property
     def matrix_peak(self) -> float:
@@ -205,6 +212,7 @@ class Device:
             data.setdefault("sources", {})[path] = f"what-if override: {value}"
         for path in chip:
             self._scale_sustained(data, path, chip)
+            self._scale_sustained_compute(data, path, chip)
         new = parse_device(data, file=f"{self.file} (with overrides)") if chip else self
         merged = {**dict(self.runtime_overrides), **stack}
         if stack:
@@ -238,6 +246,23 @@ class Device:
         data["sources"][sustained_path] = (
             f"what-if: scaled with the peak override, keeping the efficiency "
             f"{old.sustained_bandwidth / old.bandwidth:.3f} of {self.source(sustained_path)}")
+
+    def _scale_sustained_compute(self, data: dict, path: str,
+                                 overrides: Mapping[str, Any]) -> None:
+        """A new matrix peak keeps the class's measured achievable/peak ratio, as a new
+        bandwidth keeps its tier's (unless the what-if sets ``sustained_compute.X`` itself)."""
+        parts = path.split(".")
+        if len(parts) != 2 or parts[0] != "compute" or parts[1] not in dict(self.sustained_compute):
+            return
+        sustained_path = f"sustained_compute.{parts[1]}"
+        if sustained_path in overrides:
+            return
+        ratio = dict(self.sustained_compute)[parts[1]] / dict(self.compute)[parts[1]]
+        new_peak = parse_quantity(overrides[path], "compute_rate", file=self.file, field=path)
+        data["sustained_compute"][parts[1]] = f"{new_peak * ratio!r} FLOPS"
+        data["sources"][sustained_path] = (
+            f"what-if: scaled with the peak override, keeping the ratio {ratio:.3f} of "
+            f"{self.source(sustained_path)}")
 
     def with_tier(self, tier: str | Mapping[str, Any], *, after: str | None = None,
                   name: str | None = None) -> Device:
@@ -461,7 +486,8 @@ def _check_tier_order(tiers: list[Tier], raw: list, *, file: str) -> None:
 _TOP_REQUIRED = ("schema_version", "name", "display_name", "vendor", "clock", "cores", "core_name",
                  "core_memory", "compute", "matrix_unit", "tile", "tiers", "layout", "overheads",
                  "host_link", "energy")
-_TOP_OPTIONAL = ("tdp", "idle_power", "runtime", "link", "scale_out", "cost", "sources")
+_TOP_OPTIONAL = ("tdp", "idle_power", "runtime", "link", "scale_out", "cost", "sustained_compute",
+                 "sources")
 
 
 def _parse_compute(data: Mapping[str, Any], *, file: str) -> tuple[tuple[tuple[str, float], ...],
@@ -478,6 +504,27 @@ def _parse_compute(data: Mapping[str, Any], *, file: str) -> tuple[tuple[tuple[s
                           field="compute.bf16")
     return compute, _q(table, "vector", "compute_rate", file=file, prefix="compute.",
                        limit="compute")
+
+
+def _parse_sustained_compute(data: Mapping[str, Any], compute: tuple[tuple[str, float], ...], *,
+                             file: str) -> tuple[tuple[str, float], ...]:
+    """Measured matmul rates of native classes, each at most the class's peak."""
+    if "sustained_compute" not in data:
+        return ()
+    table = require_table(data["sustained_compute"], file=file, field="sustained_compute")
+    peaks = dict(compute)
+    check_keys(table, required=(), optional=tuple(peaks), file=file, prefix="sustained_compute.")
+    out = []
+    for key in COMPUTE_CLASSES:
+        if key in table:
+            rate = _q(table, key, "compute_rate", file=file, prefix="sustained_compute.",
+                      limit="compute")
+            if rate > peaks[key]:
+                raise ConfigError(f"sustained {key} rate {table[key]!r} exceeds the peak "
+                                  f"{data['compute'][key]!r}", file=file,
+                                  field=f"sustained_compute.{key}")
+            out.append((key, rate))
+    return tuple(out)
 
 
 def _count(table: Mapping[str, Any], key: str, limit: str, *, file: str, prefix: str) -> int:
@@ -589,6 +636,7 @@ def parse_device(data: Mapping[str, Any], *, file: str) -> Device:
         tdp_w=tdp, idle_power_w=idle,
         usd_per_chip_hour=_parse_cost(data["cost"], file=file) if "cost" in data else None,
         compute=compute, vector_ops_per_s=vector,
+        sustained_compute=_parse_sustained_compute(data, compute, file=file),
         matrix_unit=tuple(_count(unit, k, "matrix_unit", file=file, prefix="matrix_unit.")
                           for k in ("m", "n", "k")),
         tile_k=_count(tile, "k", "tile", file=file, prefix="tile."),

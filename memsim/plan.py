@@ -201,8 +201,11 @@ def stream_format(workload: Decode) -> Format:
     return act if act.compute in FLOAT16_TYPES + ("fp32",) else get_format("bf16")
 
 
-def _stream_peak(device: Device, stream: Format) -> float:
-    return device.peak(runtime_type(device, stream.compute)[0]) or device.matrix_peak
+def _stream_rate(device: Device, stream: Format) -> float:
+    """The matrix rate attention's products run at in the residual stream's type (the same
+    tensor cores as the matmuls: sustained where the device file measures it)."""
+    return (device.matmul_rate(runtime_type(device, stream.compute)[0])
+            or device.matmul_rate("bf16") or device.matmul_rate("fp16"))
 
 
 def resolve_runtime(device: Device, workload: Decode) -> Runtime:
@@ -736,7 +739,7 @@ def _plan_stage(device: Device, model: Model, workload: Decode, policy: str, sh:
                      // workload.kv_block)
     final_tokens = workload.context + workload.steps * workload.new_tokens
     row_bits = kv_row_bits(model, kvfmt)
-    act_peak = _stream_peak(device, act)
+    act_peak = _stream_rate(device, act)
     kv_dequant = (0.0 if runtime_type(device, kvfmt.compute)[0]
                   == runtime_type(device, act.compute)[0] else float(max(kvfmt.dequant_ops, 1)))
     link = device.link
@@ -841,7 +844,7 @@ def _plan_stage(device: Device, model: Model, workload: Decode, policy: str, sh:
             path = paths[fmt.name] = matmul_path(device, fmt, act_in)
         act_bits = act_in.element_bits if path.act_quant_ops_per_element else act.element_bits
         row = add_op(name, k.OP_MATMUL, layer, tensor_id, fmt, m=rows or m_rows, kk=kk, n=n,
-                     peak=path.peak_ops_per_s, dequant=path.dequant_ops_per_weight,
+                     peak=path.ops_per_s, dequant=path.dequant_ops_per_weight,
                      act_quant=path.act_quant_ops_per_element, act_bits=act_bits)
         row[k.C_LAUNCHES] = launches
         return row
@@ -1311,14 +1314,14 @@ def is_timing_path(path: str) -> bool:
     parts = path.split(".")
     if parts[0] == "tiers":
         return len(parts) == 3 and parts[2] in TIMING_FIELDS
-    return path in TIMING_PATHS or parts[0] == "compute"
+    return path in TIMING_PATHS or parts[0] in ("compute", "sustained_compute")
 
 
 def retarget(system: SystemPlan, device: Device) -> SystemPlan:
     """The same plan on a device that differs from the plan's only in timing figures."""
     workload = system.workload
     act_in = get_format(workload.activations)
-    act_peak = _stream_peak(device, stream_format(workload))
+    act_peak = _stream_rate(device, stream_format(workload))
     tiers, link = device.tiers, device.link
     stages = []
     for plan in system.stages:
@@ -1327,7 +1330,7 @@ def retarget(system: SystemPlan, device: Device) -> SystemPlan:
         for name in set(plan.op_formats[op] for op in np.flatnonzero(kinds == k.OP_MATMUL)):
             path = matmul_path(device, get_format(name), act_in)
             rows = (kinds == k.OP_MATMUL) & (np.array(plan.op_formats) == name)
-            op_float[rows, k.F_PEAK] = path.peak_ops_per_s
+            op_float[rows, k.F_PEAK] = path.ops_per_s
             op_float[rows, k.F_DEQUANT_OPS] = path.dequant_ops_per_weight
         priced: dict[tuple[int, ...], tuple[float, float]] = {}
         for op in np.flatnonzero(kinds == k.OP_COLLECTIVE):

@@ -37,14 +37,15 @@ class MatmulPath:
     Attributes
     ----------
     mma_type : compute class the multiply-accumulate runs in (a key of the device's ``compute``).
-    peak_ops_per_s : that class's dense matrix peak, operations/s.
+    ops_per_s : the rate a large matmul of that class achieves (:meth:`Device.matmul_rate`:
+        the device file's measured sustained rate, else the peak), operations/s.
     dequant_ops_per_weight : vector operations per stored weight element each step (0: native).
     act_quant_ops_per_element : vector operations per activation element read (0: 16-bit).
     cast_at_load : the weights' type converted once at load (e.g. ``"bf16->fp16"``), or ``""``.
     """
 
     mma_type: str
-    peak_ops_per_s: float
+    ops_per_s: float
     dequant_ops_per_weight: float
     act_quant_ops_per_element: float
     cast_at_load: str = ""
@@ -72,7 +73,7 @@ def matmul_path(device: Device, weights: Format, activations: Format) -> MatmulP
     if mma_type != act_type:
         quantized_act = False          # the device upcasts: nothing to quantize
     dequant = 0.0 if weight_type == mma_type else float(max(weights.dequant_ops, 1))
-    return MatmulPath(mma_type=mma_type, peak_ops_per_s=float(device.peak(mma_type)),
+    return MatmulPath(mma_type=mma_type, ops_per_s=float(device.matmul_rate(mma_type)),
                       dequant_ops_per_weight=dequant,
                       act_quant_ops_per_element=ACTIVATION_QUANT_OPS if quantized_act else 0.0,
                       cast_at_load=cast)

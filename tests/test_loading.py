@@ -292,7 +292,7 @@ def test_duplicate_tier_names(tmp_path):
 def _faster_smaller_outer(data: dict[str, Any]) -> None:
     # an outer tier with more bandwidth than the SRAM inside it and less capacity
     tier(data, "hbm")["capacity"] = "40 MB"
-    tier(data, "hbm")["bandwidth"] = "6 TB/s"
+    tier(data, "hbm")["bandwidth"] = "12 TB/s"
 
 
 def test_outer_tier_faster_and_smaller_needs_a_note(tmp_path):
@@ -308,7 +308,7 @@ def test_outer_tier_faster_and_smaller_with_a_note_loads(tmp_path):
     _faster_smaller_outer(data)
     tier(data, "hbm")["note"] = "a what-if: HBM4 stack faster than this L2"
     dev = load_device(write(tmp_path, data))
-    assert dev.tier("hbm").bandwidth == 6e12
+    assert dev.tier("hbm").bandwidth == 12e12
     assert dev.tier("hbm").capacity == 40_000_000
 
 
@@ -595,3 +595,27 @@ def test_unknown_model_lists_the_catalog():
     for name in memsim.model_names():
         assert name in str(info.value)
     assert "llama-3-70b" in str(info.value)
+
+
+def test_sustained_compute_above_the_peak_is_refused(tmp_path):
+    data = raw_device()
+    data["sustained_compute"] = {"bf16": "2000 TFLOPS"}
+    err, _ = device_error(tmp_path, data)
+    assert err.field == "sustained_compute.bf16" and "exceeds the peak" in err.reason
+    data["sustained_compute"] = {"fp4": "1 TFLOPS"}          # not a native class of the device
+    err, _ = device_error(tmp_path, data)
+    assert err.field.startswith("sustained_compute")
+
+
+def test_a_peak_what_if_keeps_the_measured_matmul_ratio():
+    """Raising the BF16 peak scales the measured achievable rate with it (as a bandwidth what-if
+    scales its tier's sustained bandwidth); classes without a measured rate run at the peak."""
+    dev = memsim.device("h100-sxm")
+    ratio = dev.matmul_rate("bf16") / dev.peak("bf16")
+    assert 0.5 < ratio < 1
+    faster = dev.with_overrides({"compute.bf16": "2000 TFLOPS"})
+    assert faster.matmul_rate("bf16") == pytest.approx(2e15 * ratio)
+    pinned = dev.with_overrides({"compute.bf16": "2000 TFLOPS",
+                                 "sustained_compute.bf16": "1500 TFLOPS"})
+    assert pinned.matmul_rate("bf16") == pytest.approx(1.5e15)
+    assert dev.matmul_rate("tf32") == dev.peak("tf32")

@@ -89,7 +89,7 @@ def test_show_device_marks_defaulted_sustained_bandwidth_and_power(capsys):
     code, out, _ = run(capsys, "show", "h100-sxm")
     assert code == 0 and "idle 70 W" in out and "runtime trt-llm" in out
     assert "nvlink" in out and "scale-out" in out
-    assert "5.5 TB/s *" in out and "default fraction" in out
+    assert "9.7 TB/s *" in out and "default fraction" in out
 
 
 def test_search_verb_ranks_and_says_what_it_evaluated(capsys, tmp_path):

@@ -58,10 +58,10 @@ def test_systolic_runtimes_keep_the_padding():
 
 def test_compute_ridge_lies_where_peak_over_bandwidth_puts_it():
     """Llama 3 70B bf16, context 128, one H100 with room for it: the step first exceeds 1.2x
-    the batch-1 step within 25% of peak / sustained bandwidth, and batch 1,024 is compute-bound
+    the batch-1 step within 25% of the sustained matmul rate / sustained bandwidth, and batch 1,024 is compute-bound
     (the activation chunk is staged across the 256-wide warpgroup MMA, not re-read per tile)."""
     dev = memsim.device("h100-sxm").with_overrides({"tiers.hbm.capacity": "2 TB"})
-    ridge = dev.peak("bf16") / dev.main_memory.sustained_bandwidth
+    ridge = dev.matmul_rate("bf16") / dev.main_memory.sustained_bandwidth
 
     def step(batch: int) -> memsim.Report:
         return memsim.emulate(dev, "llama-3-70b", batch=batch, context=128)
@@ -80,20 +80,20 @@ def test_a_bf16_checkpoint_is_cast_at_load_on_chips_without_bf16(device):
     dev = memsim.device(device)
     assert dev.peak("bf16") is None and dev.peak("fp16") is not None
     floats = _matmul_floats(device, "bf16")
-    assert all(row[k.F_DEQUANT_OPS] == 0 and row[k.F_PEAK] == dev.peak("fp16")
+    assert all(row[k.F_DEQUANT_OPS] == 0 and row[k.F_PEAK] == dev.matmul_rate("fp16")
                for row in floats.values())
 
 
 def test_weight_only_int8_runs_at_the_16_bit_peak_and_fp8_at_the_fp8_peak():
     dev = memsim.device("h100-sxm")
     w8a16 = _matmul_floats("h100-sxm", "int8")["gate"]
-    assert w8a16[k.F_PEAK] == dev.peak("bf16") and w8a16[k.F_DEQUANT_OPS] > 0
+    assert w8a16[k.F_PEAK] == dev.matmul_rate("bf16") and w8a16[k.F_DEQUANT_OPS] > 0
     assert w8a16[k.F_ACT_QUANT_OPS] == 0
     w8a8 = _matmul_floats("h100-sxm", "fp8-e4m3")["gate"]
-    assert w8a8[k.F_PEAK] == dev.peak("fp8") and w8a8[k.F_DEQUANT_OPS] == 0
+    assert w8a8[k.F_PEAK] == dev.matmul_rate("fp8") and w8a8[k.F_DEQUANT_OPS] == 0
     assert w8a8[k.F_ACT_QUANT_OPS] > 0
     smoothquant = _matmul_floats("h100-sxm", "int8", activations="int8")["gate"]
-    assert smoothquant[k.F_PEAK] == dev.peak("int8") and smoothquant[k.F_DEQUANT_OPS] == 0
+    assert smoothquant[k.F_PEAK] == dev.matmul_rate("int8") and smoothquant[k.F_DEQUANT_OPS] == 0
 
 
 def test_quantized_activations_pay_their_quantization_in_vector_ops():
