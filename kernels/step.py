@@ -150,7 +150,8 @@ NORM_OPS = 4            # vector operations per element of an RMSNorm (square, s
 
 
 def new_arena(n_tensors: int, max_tiles: int, capacity_bits: int) -> np.ndarray:
-    """An empty on-chip tier: room for ``max_tiles`` runs (a run holds at least one tile)."""
+    """An empty on-chip tier: room for ``max_tiles + 2`` runs (a run holds at least one tile;
+    :func:`grow_arena` makes room for more)."""
     runs = max_tiles + 2
     first_node = 1 + n_tensors
     arena = np.full((first_node + runs, ARENA_COLS), NIL, dtype=np.int64)
@@ -160,6 +161,27 @@ def new_arena(n_tensors: int, max_tiles: int, capacity_bits: int) -> np.ndarray:
     arena[-1, N_NEXT] = NIL
     arena[0, :] = (NIL, NIL, 0, capacity_bits, first_node, NIL, 0, n_tensors)
     return arena
+
+
+def arena_runs(arena: np.ndarray) -> int:
+    """Run nodes the arena has room for, live and free."""
+    return int(arena.shape[0] - 1 - arena[0, S_TENSORS])
+
+
+def grow_arena(arena: np.ndarray, runs: int) -> np.ndarray:
+    """The same state in an arena with room for ``runs`` run nodes: the live runs keep their
+    rows (node ids), and the new rows head the free list."""
+    old_rows = arena.shape[0]
+    rows = 1 + int(arena[0, S_TENSORS]) + runs
+    if rows <= old_rows:
+        return arena
+    grown = np.empty((rows, ARENA_COLS), dtype=np.int64)
+    grown[:old_rows] = arena
+    grown[old_rows:] = NIL
+    grown[old_rows:, N_NEXT] = np.arange(old_rows + 1, rows + 1)
+    grown[-1, N_NEXT] = arena[0, S_FREE]
+    grown[0, S_FREE] = old_rows
+    return grown
 
 
 # The on-chip tier is an exact LRU over tiles, keyed by (tensor, tile index), with a byte
@@ -1009,16 +1031,53 @@ def _all_to_all(op, rows, op_int, link_bandwidth, link_latency_s, collective_s, 
     times[op, n_tiers + 2] += op_int[op, C_LINK_STEPS] * link_latency_s + collective_s
 
 
+@jit_inline
+def _runs_needed(op, kind, route, op_int, step, routes):
+    """At most how many run nodes op ``op`` takes from the free list: two per tile it looks up
+    (a hit inside a run splits it, and the tile starts a run of its own) and one per tile a
+    streamed fill appends, which a streamed op never looks up."""
+    if kind == OP_MATMUL:
+        m = op_int[op, C_M] if route < 0 else routes[route, op_int[op, C_ROUTE_COL]]
+        tm = op_int[op, C_TILE_M]
+        m_tiles = 1 if tm == 0 or m <= tm else (m + tm - 1) // tm
+        tk = op_int[op, C_TILE_K]
+        tn = op_int[op, C_TILE_N]
+        lookups = (((op_int[op, C_K] + tk - 1) // tk) * ((op_int[op, C_N] + tn - 1) // tn)
+                   * m_tiles)
+    elif kind == OP_ATTENTION:
+        new_tokens = op_int[op, C_NEW_TOKENS]
+        tokens = op_int[op, C_CONTEXT] + (step + 1) * new_tokens
+        block = op_int[op, C_KV_BLOCK]
+        q_tile = op_int[op, C_Q_TILE]
+        q_tiles = 1 if q_tile == 0 or q_tile >= new_tokens else (new_tokens + q_tile - 1) // q_tile
+        lookups = (op_int[op, C_BATCH] * op_int[op, C_KV_HEADS] * ((tokens + block - 1) // block)
+                   * 2 * q_tiles)
+    elif kind == OP_EMBED:
+        lookups = op_int[op, C_M]
+    elif kind == OP_NORM:
+        lookups = 1
+    else:
+        lookups = 0
+    return 2 * lookups
+
+
 @jit
 def walk_step(op_int, op_float, step, seed, n_cores, vector_rate, launch_s, host_launch_s,
               tier_bandwidth, tier_latency_s, tier_granularity, link_bandwidth, link_latency_s,
-              collective_s, routes, arena, read_bits, written_bits, results, times):
-    """Emulate decode step ``step`` (0-based) of the plan's ops, accumulating into the outputs.
+              collective_s, routes, arena, first_op, max_runs, read_bits, written_bits, results,
+              times):
+    """Emulate decode step ``step`` (0-based) of the plan's ops from ``first_op`` on,
+    accumulating into the outputs; returns the op it stopped before (the op count when done).
 
     ``read_bits``/``written_bits`` are ``[op, tier]``; ``results`` is ``[op, R_*]``; ``times`` is
     ``[op, tier..., link, compute, latency, launch]`` in seconds. ``routes`` is the step's MoE
     route table (tokens per expert, rows each chip sends; see ``memsim.routing``). The residency
     state (``arena``, see :func:`new_arena`) carries over from one call to the next.
+
+    The walk stops before an op whose run nodes the arena's free list may not have, unless the
+    arena has its full ``max_runs`` (a bound on the runs the LRU can ever hold, which then
+    leaves enough free); the state is whole between ops, so the caller grows the arena
+    (:func:`grow_arena`) and calls again from the op returned.
 
     Each of an op's ``C_LAUNCHES`` kernels costs the device's dispatch gap ``launch_s``; a stack
     that launches from the host without a captured graph also cannot run an op faster than its
@@ -1026,11 +1085,16 @@ def walk_step(op_int, op_float, step, seed, n_cores, vector_rate, launch_s, host
     """
     n_tiers = tier_bandwidth.shape[0]
     wave_bits = np.zeros(n_tiers, dtype=np.int64)
-    for op in range(op_int.shape[0]):
+    node_rows = arena.shape[0] - 1 - arena[0, S_TENSORS]
+    for op in range(first_op, op_int.shape[0]):
         kind = op_int[op, C_KIND]
         route = op_int[op, C_ROUTE]
         if kind == OP_MATMUL and route >= 0 and routes[route, op_int[op, C_ROUTE_COL]] == 0:
             continue                    # an expert no token chose: no work, no launch
+        live = arena[0, S_RUNS]
+        if (node_rows < max_runs and node_rows - live
+                < min(_runs_needed(op, kind, route, op_int, step, routes), max_runs - live)):
+            return op
         _walk_op(op, kind, route, op_int, op_float, step, seed, n_cores, vector_rate,
                  tier_bandwidth, tier_latency_s, tier_granularity, link_bandwidth,
                  link_latency_s, collective_s, routes, arena, read_bits, written_bits, results,
@@ -1042,6 +1106,7 @@ def walk_step(op_int, op_float, step, seed, n_cores, vector_rate, launch_s, host
             times[op, n_tiers + 3] += host_bound
     for row in range(1, 1 + arena[0, S_TENSORS]):
         arena[row, T_PINNED_LOADED] = arena[row, T_LOADED_NOW]
+    return op_int.shape[0]
 
 
 @jit
