@@ -254,14 +254,22 @@ def _link_tensor_before(x, before, tensor, a):
 @jit_inline
 def _make_newest(tensor, t, bits, a):
     """Put tile ``t`` at the most recently used end, extending the newest run when it continues it."""
-    head = a[0, S_HEAD]
     a[0, S_USED_BITS] += bits
-    if (head != NIL and a[head, N_TENSOR] == tensor and a[head, N_HI] == t
+    _newest_run(tensor, t, t + 1, bits, a)
+
+
+@jit_inline
+def _newest_run(tensor, lo, hi, bits, a):
+    """Put tiles [lo, hi) of ``bits`` each (held nowhere else) at the most recently used end, in
+    rising order, extending the newest run when they continue it; the cursor moves to their run.
+    The caller counts their bits."""
+    head = a[0, S_HEAD]
+    if (head != NIL and a[head, N_TENSOR] == tensor and a[head, N_HI] == lo
             and a[head, N_BITS] == bits):
-        a[head, N_HI] = t + 1
+        a[head, N_HI] = hi
         a[0, S_CURSOR] = head
         return
-    x = _new_run(tensor, t, t + 1, bits, a)
+    x = _new_run(tensor, lo, hi, bits, a)
     a[x, N_NEWER] = NIL
     a[x, N_OLDER] = head
     if head == NIL:
@@ -270,7 +278,7 @@ def _make_newest(tensor, t, bits, a):
         a[head, N_NEWER] = x
     a[0, S_HEAD] = x
     after = a[0, S_CURSOR]
-    while after != NIL and a[after, N_HI] <= t:
+    while after != NIL and a[after, N_HI] <= lo:
         after = a[after, N_NEXT]
     _link_tensor_before(x, after, tensor, a)
     a[0, S_CURSOR] = x
@@ -287,49 +295,72 @@ def _evict_oldest(a):
 
 
 @jit_inline
-def _lookup(tensor, t, bits, a):
-    """Touch tile ``t`` of ``tensor`` (indices rise within an op); True on a hit.
-
-    A miss fills the tile, evicting least recently used tiles until it fits; a tile larger than
-    the whole LRU capacity streams through it, displacing everything, and is not kept (so the
-    cache always holds the longest run of most recent tiles that fits, and a bigger cache never
-    holds less).
-    """
+def _held_run(t, a):
+    """The run holding tile ``t`` of the tensor the cursor walks, or NIL; the cursor moves on to
+    the first of its runs that ends after ``t`` (an op's lookups rise)."""
     c = a[0, S_CURSOR]
     while c != NIL and a[c, N_HI] <= t:
         c = a[c, N_NEXT]
     a[0, S_CURSOR] = c
     if c != NIL and a[c, N_LO] <= t:
-        lo = a[c, N_LO]
-        hi = a[c, N_HI]
-        a[0, S_USED_BITS] -= bits
-        if t == lo:
-            a[c, N_LO] = t + 1
-            if t + 1 == hi:
-                _unlink(c, a)
-        elif t == hi - 1:
-            a[c, N_HI] = t
+        return c
+    return NIL
+
+
+@jit_inline
+def _touch_run(tensor, c, lo, hi, a):
+    """Hits on tiles [lo, hi) of run ``c``, one after the other: they become the most recent
+    tiles, in rising order, as one relink (the state those single hits leave, tile for tile).
+    The tiles keep their bits, so the LRU's total does not change."""
+    c_lo = a[c, N_LO]
+    c_hi = a[c, N_HI]
+    bits = a[c, N_BITS]
+    if lo == c_lo:
+        if hi == c_hi:
+            _unlink(c, a)
         else:
-            r = _new_run(tensor, t + 1, hi, a[c, N_BITS], a)
-            a[c, N_HI] = t
-            newer = a[c, N_NEWER]
-            a[r, N_OLDER] = c
-            a[r, N_NEWER] = newer
-            a[c, N_NEWER] = r
-            if newer == NIL:
-                a[0, S_HEAD] = r
-            else:
-                a[newer, N_OLDER] = r
-            _link_tensor_before(r, a[c, N_NEXT], tensor, a)
-        _make_newest(tensor, t, bits, a)
-        return True
+            a[c, N_LO] = hi
+    elif hi == c_hi:
+        a[c, N_HI] = lo
+    else:       # the tiles above the range stay, just newer than the tiles below it
+        r = _new_run(tensor, hi, c_hi, bits, a)
+        a[c, N_HI] = lo
+        newer = a[c, N_NEWER]
+        a[r, N_OLDER] = c
+        a[r, N_NEWER] = newer
+        a[c, N_NEWER] = r
+        if newer == NIL:
+            a[0, S_HEAD] = r
+        else:
+            a[newer, N_OLDER] = r
+        _link_tensor_before(r, a[c, N_NEXT], tensor, a)
+    _newest_run(tensor, lo, hi, bits, a)
+
+
+@jit_inline
+def _fill(tensor, t, bits, a):
+    """A miss on tile ``t``: evict least recently used tiles until it fits, then hold it as the
+    newest; a tile larger than the whole LRU capacity streams through it, displacing
+    everything, and is not kept (so the cache always holds the longest run of most recent tiles
+    that fits, and a bigger cache never holds less)."""
     if bits > a[0, S_CAPACITY_BITS]:
         while a[0, S_TAIL] != NIL:
             _evict_oldest(a)
-        return False
+        return
     while a[0, S_USED_BITS] + bits > a[0, S_CAPACITY_BITS]:
         _evict_oldest(a)
     _make_newest(tensor, t, bits, a)
+
+
+@jit_inline
+def _lookup(tensor, t, bits, a):
+    """Touch tile ``t`` of ``tensor`` (indices rise within an op); True on a hit, else
+    :func:`_fill`."""
+    c = _held_run(t, a)
+    if c != NIL:
+        _touch_run(tensor, c, t, t + 1, a)
+        return True
+    _fill(tensor, t, bits, a)
     return False
 
 
@@ -714,42 +745,57 @@ def _matmul(op, m, op_int, op_float, n_cores, vector_rate, tier_bandwidth, tier_
             if m_tiles > 1:
                 _begin_op(tensor, arena)     # each M tile looks its strip up again
             home = home_lo if nt < split_at else home_hi
-            unit_elements = 0
-            if streamed:
-                # every tile misses; tile bits add up over a k range (a group is billed to the
-                # tile it starts in), so the unit's tiles cost one call
-                covered = unit_k[u % split]
+            # tile bits add up over a k range (a group is billed to the tile it starts in)
+            unit_elements = unit_k[u % split] * nn
+            kt = kt0
+            if kt1 > kt0 and (streamed or home == 0 or pinned == 1):
+                # the unit's tiles all miss (streamed), or all fare alike: one call for them
                 bits = unit_row_bits[u % split] * nn
                 if kt0 == 0 and nt == 0:
                     bits += tensor_meta_bits
-                misses += kt1 - kt0
-                miss_bits += bits
-                wave_bits[home] += bits
-                wave_on_chip += bits
-                unit_elements = covered * nn
-            for kt in range(kt0, kt1 if not streamed else kt0):
-                k0 = kt * tk
-                kk = min(tk, k - k0)
-                if aligned and kk == tk and nn == tn:
-                    bits = full_bits
-                else:
-                    bits = _tile_bits(k0, kk, nn, elem_bits, group, meta_bits, padded)
-                if kt == 0 and nt == 0:
-                    bits += tensor_meta_bits
-                if streamed:
-                    misses += 1
-                    miss_bits += bits
-                    wave_bits[home] += bits
-                elif _fetch(tensor, t, bits, home, pinned, arena):
-                    hits += 1
+                if not streamed and _fetch(tensor, t, bits, home, pinned, arena):
+                    hits += kt1 - kt0
                     hit_bits += bits
                 else:
+                    misses += kt1 - kt0
+                    miss_bits += bits
+                    wave_bits[home] += bits
+                wave_on_chip += bits
+                kt = kt1
+            while kt < kt1:
+                k0 = kt * tk
+                c = _held_run(t, arena)
+                if c != NIL:
+                    # hits on the held run's tiles in a row: one relink for all of them
+                    end = min(arena[c, N_HI], t + kt1 - kt)
+                    covered = min(k, (kt + end - t) * tk) - k0
+                    bits = _tile_bits(k0, covered, nn, elem_bits, group, meta_bits, padded)
+                    if t == 0:
+                        bits += tensor_meta_bits
+                    if bits != (end - t) * arena[c, N_BITS]:    # sized otherwise: one tile
+                        end = t + 1
+                        bits = _matmul_tile_bits(t, k, n, tk, tn, k_tiles, aligned, full_bits,
+                                                 elem_bits, group, meta_bits, padded,
+                                                 tensor_meta_bits)
+                    _touch_run(tensor, c, t, end, arena)
+                    hits += end - t
+                    hit_bits += bits
+                else:
+                    end = t + 1
+                    kk = min(tk, k - k0)
+                    if aligned and kk == tk and nn == tn:
+                        bits = full_bits
+                    else:
+                        bits = _tile_bits(k0, kk, nn, elem_bits, group, meta_bits, padded)
+                    if t == 0:
+                        bits += tensor_meta_bits
+                    _fill(tensor, t, bits, arena)
                     misses += 1
                     miss_bits += bits
                     wave_bits[home] += bits
                 wave_on_chip += bits
-                t += 1
-                unit_elements += kk * nn
+                kt += end - t
+                t = end
             if nt % act_reuse == 0:
                 act = rows * (min(k, kt1 * tk) - kt0 * tk)
                 results[op, R_ACT_READ_BITS] += act * act_bits
