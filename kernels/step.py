@@ -123,7 +123,8 @@ S_HEAD = 0          # most recently used run
 S_TAIL = 1          # least recently used run
 S_USED_BITS = 2
 S_CAPACITY_BITS = 3
-S_FREE = 4          # free list of run nodes
+S_FREE = 4          # free list of run nodes: freed ones, linked by N_NEXT, then the rows never
+                    # taken (N_NEXT 0), each followed by the next row
 S_CURSOR = 5        # where the current op's next lookup starts in its tensor's run list
 S_RUNS = 6          # live runs
 S_TENSORS = 7       # tensors in the plan
@@ -151,14 +152,12 @@ NORM_OPS = 4            # vector operations per element of an RMSNorm (square, s
 
 def new_arena(n_tensors: int, max_tiles: int, capacity_bits: int) -> np.ndarray:
     """An empty on-chip tier: room for ``max_tiles + 2`` runs (a run holds at least one tile;
-    :func:`grow_arena` makes room for more)."""
-    runs = max_tiles + 2
+    :func:`grow_arena` makes room for more). Node rows start zeroed: nothing is written to them
+    until a run takes them (see ``S_FREE``)."""
     first_node = 1 + n_tensors
-    arena = np.full((first_node + runs, ARENA_COLS), NIL, dtype=np.int64)
-    arena[1:first_node, T_PINNED_LOADED] = 0
-    arena[1:first_node, T_LOADED_NOW] = 0
-    arena[first_node:, N_NEXT] = np.arange(first_node + 1, first_node + runs + 1)
-    arena[-1, N_NEXT] = NIL
+    arena = np.zeros((first_node + max_tiles + 2, ARENA_COLS), dtype=np.int64)
+    arena[1:first_node, T_FIRST] = NIL
+    arena[1:first_node, T_LAST] = NIL
     arena[0, :] = (NIL, NIL, 0, capacity_bits, first_node, NIL, 0, n_tensors)
     return arena
 
@@ -170,17 +169,13 @@ def arena_runs(arena: np.ndarray) -> int:
 
 def grow_arena(arena: np.ndarray, runs: int) -> np.ndarray:
     """The same state in an arena with room for ``runs`` run nodes: the live runs keep their
-    rows (node ids), and the new rows head the free list."""
+    rows (node ids), and the new rows, zeroed, follow the ones never taken."""
     old_rows = arena.shape[0]
     rows = 1 + int(arena[0, S_TENSORS]) + runs
     if rows <= old_rows:
         return arena
-    grown = np.empty((rows, ARENA_COLS), dtype=np.int64)
+    grown = np.zeros((rows, ARENA_COLS), dtype=np.int64)
     grown[:old_rows] = arena
-    grown[old_rows:] = NIL
-    grown[old_rows:, N_NEXT] = np.arange(old_rows + 1, rows + 1)
-    grown[-1, N_NEXT] = arena[0, S_FREE]
-    grown[0, S_FREE] = old_rows
     return grown
 
 
@@ -224,7 +219,8 @@ def _unlink(x, a):
 @jit_inline
 def _new_run(tensor, lo, hi, bits, a):
     x = a[0, S_FREE]
-    a[0, S_FREE] = a[x, N_NEXT]
+    nxt = a[x, N_NEXT]
+    a[0, S_FREE] = x + 1 if nxt == 0 else nxt
     a[x, N_TENSOR] = tensor
     a[x, N_LO] = lo
     a[x, N_HI] = hi
