@@ -6,7 +6,7 @@ whatever the format (issue 16 item 3), since every format has the same tiles.
 
 A B200 holds Llama 3 70B in bf16 on one chip, so every format has the same ops and tiles. The
 walk is ``memsim.emulate.run_step`` over the point's steps from a fresh on-chip tier; the on-chip
-tier's allocation (``Residency``) is timed apart, since it grows with the smallest tile. Formats
+tier's allocation (``Residency``, at most 4 MiB at the start) is timed apart. Formats
 are interleaved pass after pass and the best pass is kept, so a busy neighbour weighs alike on
 all of them.
 """

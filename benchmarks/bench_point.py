@@ -61,12 +61,14 @@ def phases(device_name: str, model_name: str, workload: Decode, repeats: int) ->
     return medians
 
 
-# Points whose on-chip LRU could hold the whole model: the arena is sized by what can be resident.
+# Points whose on-chip LRU could hold the whole model: the arena grows with the runs of tiles
+# the walk holds (memsim.emulate.Residency), not with what the tier could hold.
 MEMORY_POINTS = (("llama-3-70b", 4096, 1), ("llama-3.1-405b", 131072, 8))
 MEMORY_PROBE = """
 import resource, sys
 import memsim
-from memsim.emulate import run_system
+from memsim.emulate import SystemRun, run_system
+from memsim.kernels.step import arena_runs
 from memsim.plan import plan_system
 name, context, tp, weights = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 dev = memsim.device("h100-sxm").with_overrides({"tiers.sram.capacity": "160 GiB"})
@@ -74,9 +76,13 @@ run_system(plan_system(dev, memsim.model("llama-3.2-1b"), memsim.Decode(weights=
 base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 system = plan_system(dev, memsim.model(name), memsim.Decode(batch=1, context=context, tp=tp,
                                                             weights=weights))
-run_system(system)
+run = SystemRun(system)
+for step in range(system.workload.steps):
+    run.step(step)
+run.report()
 peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-print(base // 1024, peak // 1024, system.stages[0].max_lru_entries)
+print(base // 1024, peak // 1024, system.stages[0].max_lru_entries,
+      arena_runs(run.residencies[0].arena))
 """
 
 
@@ -85,12 +91,13 @@ def memory(weights: str) -> None:
     print(f"h100-sxm with tiers.sram.capacity = 160 GiB, batch 1, weights {weights}: peak RSS "
           f"of a new process (MB), after a 1B warm-up and after the point")
     print(f"{'model':28s} {'context':>8s} {'tp':>3s} {'warm-up':>8s} {'peak':>8s} "
-          f"{'LRU entries':>12s}")
+          f"{'LRU tiles max':>14s} {'arena runs':>11s}")
     for name, context, tp in MEMORY_POINTS:
         out = subprocess.run([sys.executable, "-c", MEMORY_PROBE, name, str(context), str(tp),
                               weights], capture_output=True, text=True, check=True).stdout
-        base, peak, entries = out.split()
-        print(f"{name:28s} {context:8d} {tp:3d} {base:>8s} {peak:>8s} {int(entries):12,d}")
+        base, peak, entries, runs = out.split()
+        print(f"{name:28s} {context:8d} {tp:3d} {base:>8s} {peak:>8s} {int(entries):14,d} "
+              f"{int(runs):11,d}")
 
 
 def main() -> None:

@@ -128,7 +128,8 @@ S_HEAD = 0          # most recently used run
 S_TAIL = 1          # least recently used run
 S_USED_BITS = 2
 S_CAPACITY_BITS = 3
-S_FREE = 4          # free list of run nodes
+S_FREE = 4          # free list of run nodes: freed ones, linked by N_NEXT, then the rows never
+                    # taken (N_NEXT 0), each followed by the next row
 S_CURSOR = 5        # where the current op's next lookup starts in its tensor's run list
 S_RUNS = 6          # live runs
 S_TENSORS = 7       # tensors in the plan
@@ -155,16 +156,32 @@ NORM_OPS = 4            # vector operations per element of an RMSNorm (square, s
 
 
 def new_arena(n_tensors: int, max_tiles: int, capacity_bits: int) -> np.ndarray:
-    """An empty on-chip tier: room for ``max_tiles`` runs (a run holds at least one tile)."""
-    runs = max_tiles + 2
+    """An empty on-chip tier: room for ``max_tiles + 2`` runs (a run holds at least one tile;
+    :func:`grow_arena` makes room for more). Node rows start zeroed: nothing is written to them
+    until a run takes them (see ``S_FREE``)."""
     first_node = 1 + n_tensors
-    arena = np.full((first_node + runs, ARENA_COLS), NIL, dtype=np.int64)
-    arena[1:first_node, T_PINNED_LOADED] = 0
-    arena[1:first_node, T_LOADED_NOW] = 0
-    arena[first_node:, N_NEXT] = np.arange(first_node + 1, first_node + runs + 1)
-    arena[-1, N_NEXT] = NIL
+    arena = np.zeros((first_node + max_tiles + 2, ARENA_COLS), dtype=np.int64)
+    arena[1:first_node, T_FIRST] = NIL
+    arena[1:first_node, T_LAST] = NIL
     arena[0, :] = (NIL, NIL, 0, capacity_bits, first_node, NIL, 0, n_tensors)
     return arena
+
+
+def arena_runs(arena: np.ndarray) -> int:
+    """Run nodes the arena has room for, live and free."""
+    return int(arena.shape[0] - 1 - arena[0, S_TENSORS])
+
+
+def grow_arena(arena: np.ndarray, runs: int) -> np.ndarray:
+    """The same state in an arena with room for ``runs`` run nodes: the live runs keep their
+    rows (node ids), and the new rows, zeroed, follow the ones never taken."""
+    old_rows = arena.shape[0]
+    rows = 1 + int(arena[0, S_TENSORS]) + runs
+    if rows <= old_rows:
+        return arena
+    grown = np.zeros((rows, ARENA_COLS), dtype=np.int64)
+    grown[:old_rows] = arena
+    return grown
 
 
 # The on-chip tier is an exact LRU over tiles, keyed by (tensor, tile index), with a byte
@@ -207,7 +224,8 @@ def _unlink(x, a):
 @jit_inline
 def _new_run(tensor, lo, hi, bits, a):
     x = a[0, S_FREE]
-    a[0, S_FREE] = a[x, N_NEXT]
+    nxt = a[x, N_NEXT]
+    a[0, S_FREE] = x + 1 if nxt == 0 else nxt
     a[x, N_TENSOR] = tensor
     a[x, N_LO] = lo
     a[x, N_HI] = hi
@@ -237,14 +255,22 @@ def _link_tensor_before(x, before, tensor, a):
 @jit_inline
 def _make_newest(tensor, t, bits, a):
     """Put tile ``t`` at the most recently used end, extending the newest run when it continues it."""
-    head = a[0, S_HEAD]
     a[0, S_USED_BITS] += bits
-    if (head != NIL and a[head, N_TENSOR] == tensor and a[head, N_HI] == t
+    _newest_run(tensor, t, t + 1, bits, a)
+
+
+@jit_inline
+def _newest_run(tensor, lo, hi, bits, a):
+    """Put tiles [lo, hi) of ``bits`` each (held nowhere else) at the most recently used end, in
+    rising order, extending the newest run when they continue it; the cursor moves to their run.
+    The caller counts their bits."""
+    head = a[0, S_HEAD]
+    if (head != NIL and a[head, N_TENSOR] == tensor and a[head, N_HI] == lo
             and a[head, N_BITS] == bits):
-        a[head, N_HI] = t + 1
+        a[head, N_HI] = hi
         a[0, S_CURSOR] = head
         return
-    x = _new_run(tensor, t, t + 1, bits, a)
+    x = _new_run(tensor, lo, hi, bits, a)
     a[x, N_NEWER] = NIL
     a[x, N_OLDER] = head
     if head == NIL:
@@ -253,7 +279,7 @@ def _make_newest(tensor, t, bits, a):
         a[head, N_NEWER] = x
     a[0, S_HEAD] = x
     after = a[0, S_CURSOR]
-    while after != NIL and a[after, N_HI] <= t:
+    while after != NIL and a[after, N_HI] <= lo:
         after = a[after, N_NEXT]
     _link_tensor_before(x, after, tensor, a)
     a[0, S_CURSOR] = x
@@ -270,49 +296,72 @@ def _evict_oldest(a):
 
 
 @jit_inline
-def _lookup(tensor, t, bits, a):
-    """Touch tile ``t`` of ``tensor`` (indices rise within an op); True on a hit.
-
-    A miss fills the tile, evicting least recently used tiles until it fits; a tile larger than
-    the whole LRU capacity streams through it, displacing everything, and is not kept (so the
-    cache always holds the longest run of most recent tiles that fits, and a bigger cache never
-    holds less).
-    """
+def _held_run(t, a):
+    """The run holding tile ``t`` of the tensor the cursor walks, or NIL; the cursor moves on to
+    the first of its runs that ends after ``t`` (an op's lookups rise)."""
     c = a[0, S_CURSOR]
     while c != NIL and a[c, N_HI] <= t:
         c = a[c, N_NEXT]
     a[0, S_CURSOR] = c
     if c != NIL and a[c, N_LO] <= t:
-        lo = a[c, N_LO]
-        hi = a[c, N_HI]
-        a[0, S_USED_BITS] -= bits
-        if t == lo:
-            a[c, N_LO] = t + 1
-            if t + 1 == hi:
-                _unlink(c, a)
-        elif t == hi - 1:
-            a[c, N_HI] = t
+        return c
+    return NIL
+
+
+@jit_inline
+def _touch_run(tensor, c, lo, hi, a):
+    """Hits on tiles [lo, hi) of run ``c``, one after the other: they become the most recent
+    tiles, in rising order, as one relink (the state those single hits leave, tile for tile).
+    The tiles keep their bits, so the LRU's total does not change."""
+    c_lo = a[c, N_LO]
+    c_hi = a[c, N_HI]
+    bits = a[c, N_BITS]
+    if lo == c_lo:
+        if hi == c_hi:
+            _unlink(c, a)
         else:
-            r = _new_run(tensor, t + 1, hi, a[c, N_BITS], a)
-            a[c, N_HI] = t
-            newer = a[c, N_NEWER]
-            a[r, N_OLDER] = c
-            a[r, N_NEWER] = newer
-            a[c, N_NEWER] = r
-            if newer == NIL:
-                a[0, S_HEAD] = r
-            else:
-                a[newer, N_OLDER] = r
-            _link_tensor_before(r, a[c, N_NEXT], tensor, a)
-        _make_newest(tensor, t, bits, a)
-        return True
+            a[c, N_LO] = hi
+    elif hi == c_hi:
+        a[c, N_HI] = lo
+    else:       # the tiles above the range stay, just newer than the tiles below it
+        r = _new_run(tensor, hi, c_hi, bits, a)
+        a[c, N_HI] = lo
+        newer = a[c, N_NEWER]
+        a[r, N_OLDER] = c
+        a[r, N_NEWER] = newer
+        a[c, N_NEWER] = r
+        if newer == NIL:
+            a[0, S_HEAD] = r
+        else:
+            a[newer, N_OLDER] = r
+        _link_tensor_before(r, a[c, N_NEXT], tensor, a)
+    _newest_run(tensor, lo, hi, bits, a)
+
+
+@jit_inline
+def _fill(tensor, t, bits, a):
+    """A miss on tile ``t``: evict least recently used tiles until it fits, then hold it as the
+    newest; a tile larger than the whole LRU capacity streams through it, displacing
+    everything, and is not kept (so the cache always holds the longest run of most recent tiles
+    that fits, and a bigger cache never holds less)."""
     if bits > a[0, S_CAPACITY_BITS]:
         while a[0, S_TAIL] != NIL:
             _evict_oldest(a)
-        return False
+        return
     while a[0, S_USED_BITS] + bits > a[0, S_CAPACITY_BITS]:
         _evict_oldest(a)
     _make_newest(tensor, t, bits, a)
+
+
+@jit_inline
+def _lookup(tensor, t, bits, a):
+    """Touch tile ``t`` of ``tensor`` (indices rise within an op); True on a hit, else
+    :func:`_fill`."""
+    c = _held_run(t, a)
+    if c != NIL:
+        _touch_run(tensor, c, t, t + 1, a)
+        return True
+    _fill(tensor, t, bits, a)
     return False
 
 
@@ -698,42 +747,57 @@ def _matmul(op, m, op_int, op_float, n_cores, vector_rate, tier_bandwidth, tier_
             if m_tiles > 1:
                 _begin_op(tensor, arena)     # each M tile looks its strip up again
             home = home_lo if nt < split_at else home_hi
-            unit_elements = 0
-            if streamed:
-                # every tile misses; tile bits add up over a k range (a group is billed to the
-                # tile it starts in), so the unit's tiles cost one call
-                covered = unit_k[u % split]
+            # tile bits add up over a k range (a group is billed to the tile it starts in)
+            unit_elements = unit_k[u % split] * nn
+            kt = kt0
+            if kt1 > kt0 and (streamed or home == 0 or pinned == 1):
+                # the unit's tiles all miss (streamed), or all fare alike: one call for them
                 bits = unit_row_bits[u % split] * nn
                 if kt0 == 0 and nt == 0:
                     bits += tensor_meta_bits
-                misses += kt1 - kt0
-                miss_bits += bits
-                wave_bits[home] += bits
-                wave_on_chip += bits
-                unit_elements = covered * nn
-            for kt in range(kt0, kt1 if not streamed else kt0):
-                k0 = kt * tk
-                kk = min(tk, k - k0)
-                if aligned and kk == tk and nn == tn:
-                    bits = full_bits
-                else:
-                    bits = _tile_bits(k0, kk, nn, elem_bits, group, meta_bits, padded)
-                if kt == 0 and nt == 0:
-                    bits += tensor_meta_bits
-                if streamed:
-                    misses += 1
-                    miss_bits += bits
-                    wave_bits[home] += bits
-                elif _fetch(tensor, t, bits, home, pinned, arena):
-                    hits += 1
+                if not streamed and _fetch(tensor, t, bits, home, pinned, arena):
+                    hits += kt1 - kt0
                     hit_bits += bits
                 else:
+                    misses += kt1 - kt0
+                    miss_bits += bits
+                    wave_bits[home] += bits
+                wave_on_chip += bits
+                kt = kt1
+            while kt < kt1:
+                k0 = kt * tk
+                c = _held_run(t, arena)
+                if c != NIL:
+                    # hits on the held run's tiles in a row: one relink for all of them
+                    end = min(arena[c, N_HI], t + kt1 - kt)
+                    covered = min(k, (kt + end - t) * tk) - k0
+                    bits = _tile_bits(k0, covered, nn, elem_bits, group, meta_bits, padded)
+                    if t == 0:
+                        bits += tensor_meta_bits
+                    if bits != (end - t) * arena[c, N_BITS]:    # sized otherwise: one tile
+                        end = t + 1
+                        bits = _matmul_tile_bits(t, k, n, tk, tn, k_tiles, aligned, full_bits,
+                                                 elem_bits, group, meta_bits, padded,
+                                                 tensor_meta_bits)
+                    _touch_run(tensor, c, t, end, arena)
+                    hits += end - t
+                    hit_bits += bits
+                else:
+                    end = t + 1
+                    kk = min(tk, k - k0)
+                    if aligned and kk == tk and nn == tn:
+                        bits = full_bits
+                    else:
+                        bits = _tile_bits(k0, kk, nn, elem_bits, group, meta_bits, padded)
+                    if t == 0:
+                        bits += tensor_meta_bits
+                    _fill(tensor, t, bits, arena)
                     misses += 1
                     miss_bits += bits
                     wave_bits[home] += bits
                 wave_on_chip += bits
-                t += 1
-                unit_elements += kk * nn
+                kt += end - t
+                t = end
             if nt % act_reuse == 0:
                 act = rows * (min(k, kt1 * tk) - kt0 * tk)
                 results[op, R_ACT_READ_BITS] += act * act_bits
@@ -1020,16 +1084,53 @@ def _all_to_all(op, rows, op_int, link_bandwidth, link_latency_s, collective_s, 
     times[op, n_tiers + 2] += op_int[op, C_LINK_STEPS] * link_latency_s + collective_s
 
 
+@jit_inline
+def _runs_needed(op, kind, route, op_int, step, routes):
+    """At most how many run nodes op ``op`` takes from the free list: two per tile it looks up
+    (a hit inside a run splits it, and the tile starts a run of its own) and one per tile a
+    streamed fill appends, which a streamed op never looks up."""
+    if kind == OP_MATMUL:
+        m = op_int[op, C_M] if route < 0 else routes[route, op_int[op, C_ROUTE_COL]]
+        tm = op_int[op, C_TILE_M]
+        m_tiles = 1 if tm == 0 or m <= tm else (m + tm - 1) // tm
+        tk = op_int[op, C_TILE_K]
+        tn = op_int[op, C_TILE_N]
+        lookups = (((op_int[op, C_K] + tk - 1) // tk) * ((op_int[op, C_N] + tn - 1) // tn)
+                   * m_tiles)
+    elif kind == OP_ATTENTION:
+        new_tokens = op_int[op, C_NEW_TOKENS]
+        tokens = op_int[op, C_CONTEXT] + (step + 1) * new_tokens
+        block = op_int[op, C_KV_BLOCK]
+        q_tile = op_int[op, C_Q_TILE]
+        q_tiles = 1 if q_tile == 0 or q_tile >= new_tokens else (new_tokens + q_tile - 1) // q_tile
+        lookups = (op_int[op, C_BATCH] * op_int[op, C_KV_HEADS] * ((tokens + block - 1) // block)
+                   * 2 * q_tiles)
+    elif kind == OP_EMBED:
+        lookups = op_int[op, C_M]
+    elif kind == OP_NORM:
+        lookups = 1
+    else:
+        lookups = 0
+    return 2 * lookups
+
+
 @jit
 def walk_step(op_int, op_float, step, seed, n_cores, vector_rate, launch_s, host_launch_s,
               tier_bandwidth, tier_latency_s, tier_granularity, link_bandwidth, link_latency_s,
-              collective_s, routes, arena, read_bits, written_bits, results, times):
-    """Emulate decode step ``step`` (0-based) of the plan's ops, accumulating into the outputs.
+              collective_s, routes, arena, first_op, max_runs, read_bits, written_bits, results,
+              times):
+    """Emulate decode step ``step`` (0-based) of the plan's ops from ``first_op`` on,
+    accumulating into the outputs; returns the op it stopped before (the op count when done).
 
     ``read_bits``/``written_bits`` are ``[op, tier]``; ``results`` is ``[op, R_*]``; ``times`` is
     ``[op, tier..., link, compute, latency, launch]`` in seconds. ``routes`` is the step's MoE
     route table (tokens per expert, rows each chip sends; see ``memsim.routing``). The residency
     state (``arena``, see :func:`new_arena`) carries over from one call to the next.
+
+    The walk stops before an op whose run nodes the arena's free list may not have, unless the
+    arena has its full ``max_runs`` (a bound on the runs the LRU can ever hold, which then
+    leaves enough free); the state is whole between ops, so the caller grows the arena
+    (:func:`grow_arena`) and calls again from the op returned.
 
     Each of an op's ``C_LAUNCHES`` kernels costs the device's dispatch gap ``launch_s``; a stack
     that launches from the host without a captured graph also cannot run an op faster than its
@@ -1037,11 +1138,16 @@ def walk_step(op_int, op_float, step, seed, n_cores, vector_rate, launch_s, host
     """
     n_tiers = tier_bandwidth.shape[0]
     wave_bits = np.zeros(n_tiers, dtype=np.int64)
-    for op in range(op_int.shape[0]):
+    node_rows = arena.shape[0] - 1 - arena[0, S_TENSORS]
+    for op in range(first_op, op_int.shape[0]):
         kind = op_int[op, C_KIND]
         route = op_int[op, C_ROUTE]
         if kind == OP_MATMUL and route >= 0 and routes[route, op_int[op, C_ROUTE_COL]] == 0:
             continue                    # an expert no token chose: no work, no launch
+        live = arena[0, S_RUNS]
+        if (node_rows < max_runs and node_rows - live
+                < min(_runs_needed(op, kind, route, op_int, step, routes), max_runs - live)):
+            return op
         _walk_op(op, kind, route, op_int, op_float, step, seed, n_cores, vector_rate,
                  tier_bandwidth, tier_latency_s, tier_granularity, link_bandwidth,
                  link_latency_s, collective_s, routes, arena, read_bits, written_bits, results,
@@ -1053,6 +1159,7 @@ def walk_step(op_int, op_float, step, seed, n_cores, vector_rate, launch_s, host
             times[op, n_tiers + 3] += host_bound
     for row in range(1, 1 + arena[0, S_TENSORS]):
         arena[row, T_PINNED_LOADED] = arena[row, T_LOADED_NOW]
+    return op_int.shape[0]
 
 
 @jit

@@ -6,7 +6,10 @@ step looks up (:func:`tile_stream`), with the same byte capacity. The walker doe
 other thing a step needs (tiling, exact bits, counters, waves, times), so on a step where every
 tile goes through the LRU its time per tile event is compared with the replay's. A tensor the
 on-chip tier holds none of misses every tile: the walker counts it per work unit and sets the
-LRU's state run by run, so there it may beat the per-tile replay.
+LRU's state run by run, so there it may beat the per-tile replay. Likewise a matmul unit's
+consecutive hits on one held run of tiles are one relink in the walker (the state those single
+hits leave, tile for tile), so on the every-tile-a-hit case the ratio can fall below 1; a KV
+cache's blocks still go through the LRU one by one.
 
 The second floor, kept for comparison, is a bare loop that sums tile sizes (SIMD, no per-tile
 state): no exact walk can approach it, so it bounds nothing but the loop overhead.

@@ -23,15 +23,24 @@ from memsim.workload import Decode, Prefill
 class Residency:
     """The on-chip tier's state between steps: an exact LRU over tiles and the pinned tensors.
 
-    Its arena is sized by what the on-chip tier can hold (``plan.max_lru_entries``), never by the
-    model's size.
+    Its arena starts with room for ``initial_runs`` runs of tiles (at most what the on-chip tier
+    can hold, ``plan.max_lru_entries``) and grows, by doubling, only when a walk needs more:
+    memory follows the runs actually held, never the model's size or the tier's capacity.
     """
 
-    def __init__(self, plan: Plan) -> None:
-        self.arena = k.new_arena(len(plan.tensors), plan.max_lru_entries, plan.lru_capacity_bits)
+    INITIAL_RUNS = 1 << 16      # 4 MiB of arena
+
+    def __init__(self, plan: Plan, initial_runs: int = INITIAL_RUNS) -> None:
+        self._start(len(plan.tensors), plan.max_lru_entries, plan.lru_capacity_bits, initial_runs)
+
+    def _start(self, n_tensors: int, max_tiles: int, capacity_bits: int,
+               initial_runs: int) -> None:
+        self.max_runs = max_tiles + 2          # the LRU never holds more runs than tiles
+        runs = max(2, min(self.max_runs, initial_runs))
+        self.arena = k.new_arena(n_tensors, runs - 2, capacity_bits)
 
     @classmethod
-    def shared(cls, first: Plan, second: Plan) -> Residency:
+    def shared(cls, first: Plan, second: Plan, initial_runs: int = INITIAL_RUNS) -> Residency:
         """One on-chip tier for two plans on the same chip (a target and its draft model): the
         second plan's tensors are numbered after the first's (see :func:`offset_tensors`), and
         the LRU gets what neither plan keeps resident or pinned."""
@@ -41,15 +50,20 @@ class Residency:
                      and not t.aliased)
         capacity_bits = max(0, 8 * (first.device.tiers[0].capacity - resident - pinned))
         residency = cls.__new__(cls)
-        residency.arena = k.new_arena(len(first.tensors) + len(second.tensors),
-                                      first.max_lru_entries + second.max_lru_entries,
-                                      capacity_bits)
+        residency._start(len(first.tensors) + len(second.tensors),
+                         first.max_lru_entries + second.max_lru_entries, capacity_bits,
+                         initial_runs)
         return residency
 
     @property
     def used_bits(self) -> int:
         """Bits the LRU holds now."""
         return int(self.arena[0, k.S_USED_BITS])
+
+    def grow(self) -> None:
+        """Double the arena's run nodes (up to ``max_runs``), keeping the state."""
+        runs = k.arena_runs(self.arena)
+        self.arena = k.grow_arena(self.arena, min(self.max_runs, 2 * runs))
 
 
 NO_ROUTES = np.zeros((1, 1), dtype=np.int64)
@@ -68,14 +82,17 @@ def run_step(plan: Plan, residency: Residency, step: int,
         times=np.zeros((n_ops, n_tiers + 4), dtype=np.float64),
     )
     dev = plan.device
-    k.walk_step(plan.op_int, plan.op_float, step, plan.workload.seed, dev.cores,
-                dev.vector_ops_per_s, plan.launch_s, plan.host_launch_s, plan.tier_bandwidth,
-                plan.tier_latency_s,
-                plan.tier_granularity, plan.link_bandwidth, plan.link_latency_s,
-                plan.collective_latency_s, routes,
-                residency.arena, counts.read_bits, counts.written_bits, counts.results,
-                counts.times)
-    return counts
+    op = 0
+    while True:     # the walk stops early when the arena may run short of run nodes
+        op = k.walk_step(plan.op_int, plan.op_float, step, plan.workload.seed, dev.cores,
+                         dev.vector_ops_per_s, plan.launch_s, plan.host_launch_s,
+                         plan.tier_bandwidth, plan.tier_latency_s, plan.tier_granularity,
+                         plan.link_bandwidth, plan.link_latency_s, plan.collective_latency_s,
+                         routes, residency.arena, op, residency.max_runs, counts.read_bits,
+                         counts.written_bits, counts.results, counts.times)
+        if op == n_ops:
+            return counts
+        residency.grow()
 
 
 def peer_embedding_counts(plan: Plan, step: int) -> StepCounts:
