@@ -133,5 +133,5 @@ def test_lru_is_bounded_by_the_on_chip_tier_not_the_model():
         kv_block_bits = 16 * 128 * 16
         assert plan.max_lru_entries <= math.ceil(8 * small.tiers[0].capacity / kv_block_bits) + 1
         rows = 1 + len(plan.tensors) + plan.max_lru_entries + 2
-        assert Residency(plan).arena.nbytes == 8 * 8 * rows
+        assert Residency(plan).arena.nbytes <= 8 * 8 * rows      # grows on demand up to this
         assert plan.max_lru_entries * tile_bits < 1e3 * 8 * small.tiers[0].capacity
