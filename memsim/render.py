@@ -95,8 +95,12 @@ def show_text(dev: Device) -> str:
              f"each; op launch {format_quantity(dev.op_launch_s, 'time')}",
              "  compute  " + ", ".join(f"{c} {format_quantity(v, 'compute_rate')}"
                                        for c, v in dev.compute)
-             + f"; vector {format_quantity(dev.vector_ops_per_s, 'compute_rate')}",
-             f"  ridge    {s['ridge_flop_per_byte']:.0f} FLOP per byte of {dev.main_memory.name}"]
+             + f"; vector {format_quantity(dev.vector_ops_per_s, 'compute_rate')}"]
+    if dev.sustained_compute:
+        lines.append("  matmuls  " + ", ".join(
+            f"{c} {format_quantity(v, 'compute_rate')}" for c, v in dev.sustained_compute)
+            + " (measured achievable rates; other classes at their peaks)")
+    lines += [f"  ridge    {s['ridge_flop_per_byte']:.0f} FLOP per byte of {dev.main_memory.name}"]
     rows = [(t.name, t.kind, capacity_text(dev, i), format_quantity(t.bandwidth, "bandwidth"),
              format_quantity(t.sustained_bandwidth, "bandwidth")
              + (" *" if t.sustained_defaulted else ""),

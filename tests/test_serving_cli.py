@@ -90,6 +90,7 @@ def test_show_device_marks_defaulted_sustained_bandwidth_and_power(capsys):
     assert code == 0 and "idle 70 W" in out and "runtime trt-llm" in out
     assert "nvlink" in out and "scale-out" in out
     assert "9.7 TB/s *" in out and "default fraction" in out
+    assert "matmuls  bf16 794.5 TFLOP/s" in out            # sustained_compute, measured
 
 
 def test_search_verb_ranks_and_says_what_it_evaluated(capsys, tmp_path):
