@@ -12,12 +12,12 @@ from hypothesis import strategies as st
 
 import memsim
 from memsim import ConfigError
-from memsim.emulate import NO_ROUTES, Residency, SystemRun, run_step
+from memsim.emulate import SystemRun
 from memsim.model import check_shape, parse_model
 from memsim.kernels import step as walker
 from memsim.plan import kv_cache_bytes, plan_system
 from memsim.testing import examples
-from tests import reference
+from tests.test_walker_twin import check_stage_against_twin
 
 # DeepSeek-V3 technical report (arXiv 2412.19437), section 4.2: "DeepSeek-V3 comprises 671B
 # total parameters, of which 37B are activated for each token"; the model card on
@@ -201,18 +201,7 @@ def test_walker_equals_reference_twin(run):
     system = plan_system(device, model, workload)
     router = SystemRun(system).router
     for plan in system.stages:
-        residency, twin = Residency(plan), reference.new_state(plan)
-        for step in range(workload.steps):
-            routes = router.tally(step) if router else NO_ROUTES
-            counts = run_step(plan, residency, step, routes)
-            expected = reference.run_step(plan, twin, step, routes.tolist())
-            np.testing.assert_array_equal(counts.read_bits, np.array(expected["read"]))
-            np.testing.assert_array_equal(counts.written_bits, np.array(expected["written"]))
-            for column, name in enumerate(reference.OP_COLUMNS):
-                np.testing.assert_array_equal(counts.results[:, column],
-                                              [o[name] for o in expected["ops"]], err_msg=name)
-            np.testing.assert_allclose(counts.times, np.array(expected["times"]), rtol=1e-12)
-            assert residency.used_bits == sum(twin.lru.tiles.values())
+        check_stage_against_twin(plan, workload, router)
 
 
 # --- what is refused --------------------------------------------------------------------------

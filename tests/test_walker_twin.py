@@ -102,10 +102,10 @@ def test_kernel_equals_reference_twin(run):
         return
     router = SystemRun(system).router
     for plan in system.stages:
-        _check_stage(plan, workload, router)
+        check_stage_against_twin(plan, workload, router)
 
 
-def _check_stage(plan, workload, router):
+def check_stage_against_twin(plan, workload, router):
     residency = Residency(plan)
     twin = reference.new_state(plan)
     for step in range(workload.steps):
