@@ -20,8 +20,8 @@ from memsim.errors import CapacityError, ConfigError
 from memsim.layout import fewest_stage_cut, policies, shard, tp_degrees
 from memsim.emulate import run_system
 from memsim.model import Model
-from memsim.plan import (SystemPlan, _item_specs, _Placer, parse_placement, plan_system,
-                         tp_ranks_per_chip)
+from memsim.plan import (SystemPlan, _item_specs, _Placer, parse_placement, place_items,
+                         plan_system, tp_ranks_per_chip)
 from memsim.workload import Decode
 
 
@@ -62,8 +62,7 @@ def _item_bytes(device: Device, model: Model, workload: Decode, policy: str,
                      tile_n)
     sh = shard(model, tp, tp_ranks_per_chip(device))
     items = _item_specs(model, sized, sh, tile_n, final_tokens, workload.batch)
-    return [tuple(sum(placer.place(spec).bytes_on(i) for spec in item)
-                  for i in range(len(device.tiers))) for item in items]
+    return place_items(placer, items, sh.kv_heads).item_bytes(len(items))
 
 
 def _fewest_stages(device: Device, model: Model, workload: Decode, policy: str,

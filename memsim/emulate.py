@@ -31,7 +31,7 @@ class Residency:
     INITIAL_RUNS = 1 << 16      # 4 MiB of arena
 
     def __init__(self, plan: Plan, initial_runs: int = INITIAL_RUNS) -> None:
-        self._start(len(plan.tensors), plan.max_lru_entries, plan.lru_capacity_bits, initial_runs)
+        self._start(plan.n_tensors, plan.max_lru_entries, plan.lru_capacity_bits, initial_runs)
 
     def _start(self, n_tensors: int, max_tiles: int, capacity_bits: int,
                initial_runs: int) -> None:
@@ -50,7 +50,7 @@ class Residency:
                      and not t.aliased)
         capacity_bits = max(0, 8 * (first.device.tiers[0].capacity - resident - pinned))
         residency = cls.__new__(cls)
-        residency._start(len(first.tensors) + len(second.tensors),
+        residency._start(first.n_tensors + second.n_tensors,
                          first.max_lru_entries + second.max_lru_entries, capacity_bits,
                          initial_runs)
         return residency

@@ -116,7 +116,7 @@ class Plan:
     op_names: tuple[str, ...]
     op_microbatch: np.ndarray         # [op]: the microbatch an op works for
     op_formats: tuple[str, ...]       # [op]: the storage format of the op's tensor (or data)
-    tensors: tuple[Tensor, ...]
+    tensor_table: TensorTable         # the tensors (C_TENSOR ids) as columns
     residency: str                    # "lru" or "pinned", resolved
     lru_capacity_bits: int
     max_lru_entries: int              # tiles the on-chip LRU can hold at once, at most
@@ -127,20 +127,20 @@ class Plan:
         """Ops in one decode step of this stage."""
         return self.op_int.shape[0]
 
-    def bytes_by_tier(self, kind: str) -> dict[str, int]:
-        """Bytes of weights (``kind="weight"``) or KV cache (``"kv"``) each tier holds."""
-        return dict(zip(self.tier_names, self._held[kind]))
+    @property
+    def n_tensors(self) -> int:
+        """Tensors of this stage (the ids ``C_TENSOR`` names)."""
+        return len(self.tensor_table)
 
     @functools.cached_property
-    def _held(self) -> dict[str, list[int]]:
-        """Bytes each tier holds, by tensor kind, in one pass over the tensors."""
-        held = {"weight": [0] * len(self.tier_names), "kv": [0] * len(self.tier_names)}
-        for tensor in self.tensors:
-            if not tensor.aliased:
-                column = held[tensor.kind]
-                for tier, nbytes in tensor.tier_bytes:
-                    column[tier] += nbytes
-        return held
+    def tensors(self) -> tuple[Tensor, ...]:
+        """The tensors as objects, built on first use from ``tensor_table``."""
+        return self.tensor_table.tensors()
+
+    def bytes_by_tier(self, kind: str) -> dict[str, int]:
+        """Bytes of weights (``kind="weight"``) or KV cache (``"kv"``) each tier holds."""
+        held = self.tensor_table.held(weights=kind == "weight")
+        return dict(zip(self.tier_names, (int(b) for b in held)))
 
 
 @dataclass(frozen=True)
@@ -308,6 +308,35 @@ class _Spec:
     sequences: int = 0  # KV: sequences x KV heads of this chip
     expert: int = -1    # routed experts: the expert's id in its layer
     chunk: bool = False  # KV: the cache of the sequence whose prompt chunk rides in the step
+    stored_as: str = ""  # weights: the checkpoint role its format is looked up under
+    full_k: int = 0      # weights: the unsharded row length its format is looked up with
+
+    def in_layer(self, layer: int) -> "_Spec":
+        """The same tensor in ``layer`` (a layer of the same shape): its name and layer moved."""
+        if layer == self.layer:
+            return self
+        return dataclasses.replace(self, name=layer_name(self.name, layer), layer=layer)
+
+
+def layer_name(name: str, layer: int) -> str:
+    """A layer tensor's name (``role.layer[.rest]``) with its layer changed to ``layer``."""
+    parts = name.split(".")
+    parts[1] = str(layer)
+    return ".".join(parts)
+
+
+@dataclass(frozen=True)
+class _Item:
+    """A pipeline item (the embedding, a layer, the head): its tensors as built for the first
+    layer of its shape (``specs``, numbered ``shape``), which stand for ``layer``'s own."""
+
+    specs: tuple[_Spec, ...]
+    layer: int
+    shape: int
+
+    def own_specs(self) -> list[_Spec]:
+        """The item's tensors with their own names and layer."""
+        return [spec.in_layer(self.layer) for spec in self.specs]
 
 
 # Weights placed by rows (embedding rows, a norm's one vector) rather than by column tiles.
@@ -353,6 +382,37 @@ class _Placer:
         return Tensor(spec.name, spec.kind, spec.role, spec.layer, lo, hi, split, tier_bytes,
                       fmt=spec.fmt)
 
+    def place_all(self, specs: list[_Spec], spec: np.ndarray,
+                  layer: np.ndarray) -> tuple[np.ndarray, ...]:
+        """Home, home_hi, split and bytes per tier ([tensor, tier]) of tensors ``spec`` (indices
+        into ``specs``) of layers ``layer``: one :meth:`place` per spec, and one per tensor
+        for the specs a layer-dependent rule may match."""
+        rows = [self.place(s) for s in specs]
+        n_tiers = len(self.device.tiers)
+        per_spec = np.zeros((len(specs), 3 + n_tiers), dtype=np.int64)
+        for i, tensor in enumerate(rows):
+            per_spec[i, :3] = tensor.home, tensor.home_hi, tensor.split
+            for tier, nbytes in tensor.tier_bytes:
+                per_spec[i, 3 + tier] += nbytes
+        out = per_spec[spec]
+        by_layer = np.array([self._layer_dependent(s) for s in specs], dtype=bool)
+        for t in np.flatnonzero(by_layer[spec] if len(specs) else by_layer):
+            tensor = self.place(specs[spec[t]].in_layer(int(layer[t])))
+            out[t] = 0
+            out[t, :3] = tensor.home, tensor.home_hi, tensor.split
+            for tier, nbytes in tensor.tier_bytes:
+                out[t, 3 + tier] += nbytes
+        return out[:, 0], out[:, 1], out[:, 2], out[:, 3:]
+
+    def _layer_dependent(self, spec: _Spec) -> bool:
+        """True when a rule may place ``spec``'s tensor differently in another layer."""
+        roles = {spec.role}
+        if self.model.tied_embeddings and spec.role in ("embedding", "lm_head"):
+            roles = {"embedding", "lm_head"}
+        return spec.layer >= 0 and any(
+            roles & set(rule.roles) and (rule.first is not None or rule.last is not None
+                                         or spec.role == "experts") for rule in self.rules)
+
     def _apply(self, spec: _Spec, rule: PlacementRule, default: int) -> tuple[int, int, int]:
         target = self.device.tier_index(rule.tier)
         if spec.role == "experts":        # the coldest share of the layer's experts, whole
@@ -395,6 +455,159 @@ class _Placer:
         return tuple(sorted(merged.items())) or ((lo, 0),)
 
 
+@dataclass(frozen=True)
+class TensorTable:
+    """The tensors of one chip as columns, one row per tensor (the order of the op table's
+    ``C_TENSOR`` ids): each row's spec (``specs[spec]`` as built for the first layer of its
+    shape, standing for ``layer``'s own), placement and bytes per tier.
+    :meth:`tensors` builds the :class:`Tensor` objects."""
+
+    specs: tuple[_Spec, ...]
+    spec: np.ndarray           # [tensor] index into specs
+    layer: np.ndarray          # [tensor]
+    item: np.ndarray           # [tensor] index of its pipeline item among those placed
+    home: np.ndarray           # [tensor]
+    home_hi: np.ndarray        # [tensor]
+    split: np.ndarray          # [tensor]
+    pinned: np.ndarray         # [tensor] bool
+    aliased: np.ndarray        # [tensor] bool
+    tier_bytes: np.ndarray     # [tensor, tier]
+    block_start: np.ndarray    # [1 + microbatch, item + 1]: first id of each item's weights
+    #                            (row 0) and of each microbatch's KV caches (row 1 + micro)
+
+    def __len__(self) -> int:
+        return len(self.spec)
+
+    def ids(self, item: int, micro: int) -> list[int]:
+        """Ids of item ``item``'s weights (``micro=-1``) or of microbatch ``micro``'s caches."""
+        return list(range(self.block_start[micro + 1, item], self.block_start[micro + 1, item + 1]))
+
+    def name(self, i: int) -> str:
+        """Tensor ``i``'s name."""
+        spec = self.specs[self.spec[i]]
+        return spec.name if spec.layer == self.layer[i] else layer_name(spec.name, self.layer[i])
+
+    def fmt(self, i: int) -> Format:
+        """Tensor ``i``'s storage format."""
+        return self.specs[self.spec[i]].fmt
+
+    @functools.cached_property
+    def role(self) -> np.ndarray:
+        """[tensor] each tensor's role."""
+        return np.array([s.role for s in self.specs] or [""], dtype=object)[self.spec]
+
+    @functools.cached_property
+    def is_weight(self) -> np.ndarray:
+        """[tensor] True for a weight, False for a KV cache."""
+        return np.array([s.kind == "weight" for s in self.specs], dtype=bool)[self.spec]
+
+    def held(self, weights: bool) -> np.ndarray:
+        """Bytes per tier of the weights (else the KV caches), an aliased tensor not counted."""
+        live = ~self.aliased & (self.is_weight == weights)
+        return self.tier_bytes[live].sum(axis=0)
+
+    def need(self) -> dict[int, int]:
+        """Bytes each tier stores, an aliased tensor not counted."""
+        return {tier: int(b) for tier, b in enumerate(self.tier_bytes[~self.aliased].sum(axis=0))}
+
+    def item_bytes(self, items: int) -> list[tuple[int, ...]]:
+        """Bytes per tier of each of ``items`` pipeline items, aliasing ignored."""
+        out = np.zeros((items, self.tier_bytes.shape[1]), dtype=np.int64)
+        np.add.at(out, self.item, self.tier_bytes)
+        return [tuple(int(b) for b in row) for row in out]
+
+    def placed(self) -> np.ndarray:
+        """[tensor, column]: TENSOR_COLUMNS of each tensor (home, home_hi, split, pinned)."""
+        return np.stack([self.home, self.home_hi, self.split, self.pinned.astype(np.int64)],
+                        axis=1)
+
+    def tensors(self) -> tuple[Tensor, ...]:
+        """The tensors as objects, in id order."""
+        return tuple(self._tensor(i) for i in range(len(self)))
+
+    def _tensor(self, i: int) -> Tensor:
+        spec = self.specs[self.spec[i]].in_layer(int(self.layer[i]))
+        home = int(self.home[i])
+        tier_bytes = tuple((tier, int(b)) for tier, b in enumerate(self.tier_bytes[i]) if b)
+        return Tensor(spec.name, spec.kind, spec.role, spec.layer, home, int(self.home_hi[i]),
+                      int(self.split[i]), tier_bytes or ((home, 0),), bool(self.pinned[i]),
+                      bool(self.aliased[i]), spec.fmt)
+
+    def with_tensors(self, tensors: Sequence[Tensor]) -> "TensorTable":
+        """The same rows placed as ``tensors`` say (after a pass over the objects)."""
+        tier_bytes = np.zeros_like(self.tier_bytes)
+        for i, tensor in enumerate(tensors):
+            for tier, nbytes in tensor.tier_bytes:
+                tier_bytes[i, tier] += nbytes
+        column = lambda name, dtype: np.array([getattr(t, name) for t in tensors], dtype=dtype)
+        return dataclasses.replace(
+            self, home=column("home", np.int64), home_hi=column("home_hi", np.int64),
+            split=column("split", np.int64), pinned=column("pinned", bool),
+            aliased=column("aliased", bool), tier_bytes=tier_bytes)
+
+
+def place_items(placer: _Placer, items: Sequence[_Item], kv_heads: int,
+                microbatch: int | None = None, microbatches: int = 1) -> TensorTable:
+    """Place the tensors of ``items``: every weight once, in item order, then each microbatch's
+    KV caches (``microbatch`` sequences each, a prompt chunk's one; as the specs say when None).
+
+    A tensor's placement is computed once per spec unless a placement rule names a layer range
+    or experts, which place each layer's tensor on its own."""
+    specs: list[_Spec] = []
+    blocks: list[tuple[np.ndarray, int, int]] = []     # (spec indices, layer, item)
+    by_shape: dict[tuple[int, int, int], np.ndarray] = {}
+    for micro in range(-1, microbatches):               # -1: the weights
+        for i, item in enumerate(items):
+            key = (item.shape, micro, i if item.layer < 0 else -1)
+            ids = by_shape.get(key)
+            if ids is None:
+                chosen = [_kv_spec(s, micro, kv_heads, microbatch) for s in item.specs
+                          if (s.kind == "weight") == (micro < 0)]
+                ids = by_shape[key] = np.arange(len(specs), len(specs) + len(chosen))
+                specs += chosen
+            blocks.append((ids, item.layer, i))
+    spec = np.concatenate([ids for ids, _, _ in blocks]) if blocks else np.zeros(0, np.int64)
+    sizes = [len(ids) for ids, _, _ in blocks]
+    ends = np.cumsum(sizes, dtype=np.int64).reshape(microbatches + 1, len(items))
+    starts = ends - np.reshape(sizes, ends.shape)
+    block_start = np.hstack([starts, ends[:, -1:]])
+    layer = np.repeat([b[1] for b in blocks], sizes).astype(np.int64)
+    item = np.repeat([b[2] for b in blocks], sizes).astype(np.int64)
+    home, home_hi, split, tier_bytes = placer.place_all(specs, spec, layer)
+    n = len(spec)
+    return TensorTable(tuple(specs), spec, layer, item, home, home_hi, split,
+                       np.zeros(n, dtype=bool), np.zeros(n, dtype=bool), tier_bytes, block_start)
+
+
+def _alias_head(table: TensorTable, tile_n: int) -> TensorTable:
+    """A tied LM head stored as its embedding's table: the same tiers and bytes, split in
+    whole column tiles, and not counted twice (``aliased``)."""
+    embedding = np.flatnonzero(table.role == "embedding")
+    head = np.flatnonzero(table.role == "lm_head")
+    if not len(embedding) or not len(head):
+        return table
+    e, h = embedding[0], head[0]
+    home, home_hi, split = table.home.copy(), table.home_hi.copy(), table.split.copy()
+    tier_bytes, aliased = table.tier_bytes.copy(), table.aliased.copy()
+    home[h], home_hi[h], split[h] = home[e], home_hi[e], split[e] // tile_n
+    tier_bytes[h], aliased[h] = tier_bytes[e], True
+    return dataclasses.replace(table, home=home, home_hi=home_hi, split=split,
+                               tier_bytes=tier_bytes, aliased=aliased)
+
+
+def _kv_spec(spec: _Spec, micro: int, kv_heads: int, microbatch: int | None) -> _Spec:
+    """A KV spec as microbatch ``micro`` holds it (a weight's spec unchanged)."""
+    if spec.kind != "kv":
+        return spec
+    if microbatch is not None:
+        sequences = (1 if spec.chunk else microbatch) * kv_heads
+        if spec.sequences != sequences:
+            spec = dataclasses.replace(spec, sequences=sequences)
+    if micro:
+        spec = dataclasses.replace(spec, name=f"{spec.name}.mb{micro}")
+    return spec
+
+
 # A checkpoint's format of a tensor depends only on these arguments (WeightFormats is frozen):
 # a warm process asks once per distinct tensor, not once per tensor of every plan.
 _weight_formats = functools.lru_cache(maxsize=256)(weight_formats)
@@ -412,10 +625,14 @@ def _qkv_split(formats: WeightFormats, layer: int, layers: int, n_experts: int, 
 
 
 def _item_specs(model: Model, workload: Decode, sh: Shard, tile_n: int, final_tokens: int,
-                sequences: int, experts: range | None = None) -> list[list[_Spec]]:
+                sequences: int, experts: range | None = None,
+                replicate: bool = True) -> list[_Item]:
     """The tensors of one chip, grouped into pipeline items: the embedding, each layer, the
     head (final norm and LM head). KV specs cover ``sequences`` sequences; an MoE layer holds
-    the routed ``experts`` (all of them unless given) and the shared ones."""
+    the routed ``experts`` (all of them unless given) and the shared ones.
+
+    A layer whose kind and formats match an earlier layer's shares its specs (``_Item.shape``);
+    without ``replicate`` every layer is built on its own (the reference, test_plan_shapes)."""
     experts = range(model.experts) if experts is None else experts
     formats = _weight_formats(workload.weights)
     n_experts = model.experts if model.is_moe else 0
@@ -432,8 +649,9 @@ def _item_specs(model: Model, workload: Decode, sh: Shard, tile_n: int, final_to
     def weight(role: str, layer: int, n: int, kk: int, name: str = "", stored_as: str = "",
                full_k: int = 0) -> _Spec:
         name = name or (f"{role}.{layer}" if layer >= 0 else role)
-        return _Spec(name, "weight", role, layer, fmt(stored_as or role, layer, full_k or h),
-                     n, kk, -(-n // tile_n))
+        stored_as, full_k = stored_as or role, full_k or h
+        return _Spec(name, "weight", role, layer, fmt(stored_as, layer, full_k), n, kk,
+                     -(-n // tile_n), stored_as=stored_as, full_k=full_k)
 
     def qkv(layer: int) -> list[_Spec]:
         if not _qkv_split(formats, layer, model.layers, n_experts, h):
@@ -468,9 +686,7 @@ def _item_specs(model: Model, workload: Decode, sh: Shard, tile_n: int, final_to
 
     chunk_blocks = -(-(workload.prefill_context + workload.steps * workload.prefill_chunk)
                      // workload.kv_block)
-    items = [[_Spec("embedding", "weight", "embedding", -1, fmt("embedding", -1, h),
-                    sh.vocab_rows, h, sh.vocab_rows)]]
-    for layer in range(model.layers):
+    def layer_specs(layer: int) -> list[_Spec]:
         chunk_kv = [_Spec(f"chunk_kv.{layer}", "kv", "kv", layer, get_format(workload.kv),
                           chunk_blocks, row_bits, chunk_blocks, sh.kv_heads, chunk=True)
                     ] if workload.prefill_chunk else []
@@ -505,13 +721,38 @@ def _item_specs(model: Model, workload: Decode, sh: Shard, tile_n: int, final_to
             full_width = (model.dense_ffn or model.ffn) if model.is_moe else model.ffn
             item += [weight("gate", layer, width, h), weight("up", layer, width, h),
                      weight("down", layer, h, width, full_k=full_width)]
-        items.append(item)
+        return item
+
+    def signature(layer: int) -> tuple:
+        """What a layer's specs depend on beyond its number and formats: dense or MoE, and
+        (but for MLA) one fused QKV or q, k and v apart."""
+        split = (not model.is_mla) and _qkv_split(formats, layer, model.layers, n_experts, h)
+        return model.is_moe_layer(layer), split
+
     head = [norm("final_norm", -1), weight("lm_head", -1, sh.vocab_rows, h)]
     for i in range(workload.draft_heads):
         head.append(weight("draft_head", -1, h, h, name=f"draft_head_res.{i}"))
         head.append(weight("draft_head", -1, sh.vocab_rows, h, name=f"draft_head_lm.{i}"))
-    items.append(head)
+    embedding = _Spec("embedding", "weight", "embedding", -1, fmt("embedding", -1, h),
+                      sh.vocab_rows, h, sh.vocab_rows)
+    items = [_Item((embedding,), -1, 0)]
+    shapes: dict[tuple, list[tuple[_Item, dict]]] = {}
+    for layer in range(model.layers):
+        candidates = shapes.setdefault(signature(layer) if replicate else (layer,), [])
+        found = next((item for item, lookups in candidates
+                      if all(fmt(stored_as, layer, full_k) == f
+                             for (stored_as, full_k), f in lookups.items())), None)
+        if found is None:
+            found = _Item(tuple(layer_specs(layer)), layer, len(items))
+            candidates.append((found, _lookups(found.specs)))
+        items.append(_Item(found.specs, layer, found.shape))
+    items.append(_Item(tuple(head), -1, len(items)))
     return items
+
+
+def _lookups(specs: tuple[_Spec, ...]) -> dict[tuple[str, int], Format]:
+    """The distinct format lookups of a layer's weights: (stored_as, full_k) -> format."""
+    return {(s.stored_as, s.full_k): s.fmt for s in specs if s.kind == "weight" and s.stored_as}
 
 
 # The system plan ----------------------------------------------------------------------------
@@ -652,7 +893,7 @@ def _plan_policy(device: Device, model: Model, workload: Decode, policy: str) ->
     items = _item_specs(model, workload, sh, tile_n, final_tokens, workload.batch)
     starts = [0]
     if workload.pp > 1:
-        placed = [[placer.place(spec) for spec in item] for item in items]
+        placed = place_items(placer, items, sh.kv_heads).item_bytes(len(items))
         starts = _stage_starts(device, placed, workload.pp, policy)
     ends = starts[1:] + [len(items)]
     stages = tuple(
@@ -695,13 +936,12 @@ def _plan_expert_parallel(device: Device, model: Model, workload: Decode, policy
                       stages=tuple(chips), parallel_stages=True)
 
 
-def _stage_starts(device: Device, placed: list[list[Tensor]], pp: int, policy: str) -> list[int]:
+def _stage_starts(device: Device, item_bytes: list[tuple[int, ...]], pp: int,
+                  policy: str) -> list[int]:
     """First item of each stage: equal bytes per stage when a balanced cut fits, else an even
     split of the items (the capacity check then says what is short, or the tiered policy
     spills). ``pp`` is at most the items (:func:`fold_pipeline` folds a longer one)."""
     n_tiers = len(device.tiers)
-    item_bytes = [tuple(sum(t.bytes_on(i) for t in item) for i in range(n_tiers))
-                  for item in placed]
     capacity = tuple(t.capacity for t in device.tiers)
     if policy != "sram-resident":
         capacity = (sum(capacity),) * n_tiers   # balance bytes, not the on-chip cache
@@ -709,7 +949,7 @@ def _stage_starts(device: Device, placed: list[list[Tensor]], pp: int, policy: s
     cut = balanced_stages(item_bytes, capacity, pp)
     if cut is not None:
         return cut
-    return [round(s * len(placed) / pp) for s in range(pp)]
+    return [round(s * len(item_bytes) / pp) for s in range(pp)]
 
 
 def _plan_stage(device: Device, model: Model, workload: Decode, policy: str, sh: Shard,
@@ -746,35 +986,16 @@ def _plan_stage(device: Device, model: Model, workload: Decode, policy: str, sh:
     steps_per_pass = collective_steps(link.topology, sh.tp) if link else 0
 
     # The stage's tensors: its weights once, each microbatch's KV cache of its layers.
-    tensors: list[Tensor] = []
-    index: dict[str, int] = {}
-    for item in items:
-        for spec in item:
-            if spec.kind == "weight":
-                index[spec.name] = len(tensors)
-                tensors.append(placer.place(spec))
-    for micro in range(workload.microbatches):
-        for item in items:
-            for spec in item:
-                if spec.kind == "kv":
-                    sequences = (1 if spec.chunk else mb) * sh.kv_heads
-                    if spec.sequences != sequences:
-                        spec = dataclasses.replace(spec, sequences=sequences)
-                    if micro:
-                        spec = dataclasses.replace(spec, name=f"{spec.name}.mb{micro}")
-                    index[spec.name] = len(tensors)
-                    tensors.append(placer.place(spec))
-    if "lm_head" in index and "embedding" in index and model.tied_embeddings:
-        embedding = tensors[index["embedding"]]
-        tensors[index["lm_head"]] = dataclasses.replace(
-            tensors[index["lm_head"]], home=embedding.home, home_hi=embedding.home_hi,
-            split=embedding.split // tile_n, tier_bytes=embedding.tier_bytes, aliased=True)
-
+    table = place_items(placer, items, sh.kv_heads, mb, workload.microbatches)
+    if model.tied_embeddings:
+        table = _alias_head(table, tile_n)
     spilled: tuple[str, ...] = ()
     if policy == "tiered":
-        tensors, spilled = _spill(device, tensors)
-    need = _need(tensors)           # bytes per tier; pinning below moves none
-    _check_capacity(device, model, workload, tensors, need, stage, stages)
+        spilled_tensors, spilled = _spill(device, list(table.tensors()))
+        table = table.with_tensors(spilled_tensors)
+    need = table.need()             # bytes per tier; pinning below moves none
+    _check_capacity(device, model, workload, table, need, stage, stages)
+    index: dict[str, int] = {}      # tensor ids by name, of the items built row by row
 
     rows: list[list[int]] = []
     floats: list[tuple[float, ...]] = []
@@ -812,13 +1033,7 @@ def _plan_stage(device: Device, model: Model, workload: Decode, policy: str, sh:
         row[k.C_M] = m
         row[k.C_K] = kk
         row[k.C_N] = n
-        row[k.C_TENSOR] = tensor
-        if tensor >= 0:
-            placed = tensors[tensor]
-            row[k.C_HOME] = placed.home
-            row[k.C_HOME_HI] = placed.home_hi
-            row[k.C_SPLIT] = placed.split
-            row[k.C_PINNED] = int(placed.pinned)
+        row[k.C_TENSOR] = tensor         # its TENSOR_COLUMNS are set once placed
         params = format_params.get((fmt.name, kk))
         if params is None:
             params = format_params[(fmt.name, kk)] = fmt.kernel_params(kk)
@@ -838,7 +1053,7 @@ def _plan_stage(device: Device, model: Model, workload: Decode, policy: str, sh:
     def matmul(name: str, layer: int, kk: int, n: int, tensor: str = "",
                rows: int = 0, launches: int = 1) -> list[int]:
         tensor_id = index[tensor or (f"{name}.{layer}" if layer >= 0 else name)]
-        fmt = tensors[tensor_id].fmt
+        fmt = table.fmt(tensor_id)
         path = paths.get(fmt.name)
         if path is None:
             path = paths[fmt.name] = matmul_path(device, fmt, act_in)
@@ -868,7 +1083,8 @@ def _plan_stage(device: Device, model: Model, workload: Decode, policy: str, sh:
         """Router, then each routed expert of this chip on the tokens the step sends it (a fused
         kernel: two launches for all experts, paid by the router), then the shared experts."""
         route = (layer - model.dense_layers) * workload.microbatches + micro
-        local = [s for s in items_experts if s.layer == layer and s.name.startswith("expert_")]
+        local = [s.in_layer(layer) for s in items[layer + 1 - first_item].specs
+                 if s.role == "experts"]
         matmul("router", layer, h, model.experts,
                launches=1 + (2 if local and fusion.fused_moe else 0))
         if expert_chip >= 0:
@@ -912,8 +1128,6 @@ def _plan_stage(device: Device, model: Model, workload: Decode, policy: str, sh:
     # prompt (a prefill's sequences, a chunk's sequence)
     head_rows = (mb if workload.prefill
                  else mb * workload.new_tokens + 1 if workload.prefill_chunk else 0)
-
-    items_experts = [spec for item in items for spec in item if spec.role == "experts"]
 
     def mla_in(layer: int) -> None:
         """MLA up to its cache, absorbed (DeepSeek-V2 report, arXiv 2405.04434, section 2.1;
@@ -971,12 +1185,11 @@ def _plan_stage(device: Device, model: Model, workload: Decode, policy: str, sh:
             matmul("down", layer, width, h)
         all_reduce("ffn_allreduce", layer, h)
 
-    def layer_tensor_ids(item: list[_Spec], layer: int, suffix: str) -> list[int]:
-        """The tensor ids a layer's ops may name, in the order its shape lists them."""
-        ids = [index[spec.name] for spec in item if spec.kind == "weight"]
-        ids.append(index[f"kv.{layer}{suffix}"])
-        if workload.prefill_chunk:
-            ids.append(index[f"chunk_kv.{layer}"])
+    def item_tensor_ids(item: int, micro: int) -> list[int]:
+        """The tensor ids an item's ops may name (its weights, then its caches of ``micro``),
+        in the order its specs list them; named in ``index``."""
+        ids = table.ids(item, -1) + table.ids(item, micro)
+        index.update((table.name(i), i) for i in ids)
         return ids
 
     # Layers of one shape (and microbatch) share their op rows but for the REPLICATED columns:
@@ -989,19 +1202,21 @@ def _plan_stage(device: Device, model: Model, workload: Decode, policy: str, sh:
         suffix = f".mb{micro}" if micro else ""
         for item_no in range(first_item, first_item + len(items)):
             if item_no == 0:
+                item_tensor_ids(0, micro)
                 add_op("embed", k.OP_EMBED, -1, index["embedding"],
-                       tensors[index["embedding"]].fmt, m=m_rows, kk=h, n=model.vocab)
+                       table.fmt(index["embedding"]), m=m_rows, kk=h, n=model.vocab)
                 all_reduce("embed_allreduce", -1, h)
             elif item_no <= model.layers:
                 layer = item_no - 1
                 if micro == 0:
                     layers.append(layer)
                 item = items[item_no - first_item]
-                ids = layer_tensor_ids(item, layer, suffix)
-                key = (micro, model.is_moe_layer(layer), _shape_key(item)) if replicate else None
+                ids = table.ids(item_no - first_item, -1) + table.ids(item_no - first_item, micro)
+                key = (micro, item.shape) if replicate else None
                 shape = templates.get(key) if replicate else None
                 if shape is None:
                     start = len(rows)
+                    item_tensor_ids(item_no - first_item, micro)
                     build_layer(layer, suffix)
                     if replicate:
                         templates[key] = _LayerTemplate.of(rows, start, ids, layer,
@@ -1017,6 +1232,7 @@ def _plan_stage(device: Device, model: Model, workload: Decode, policy: str, sh:
                 else:
                     pieces.append(("copies", shape, [layer], [ids]))
             else:
+                item_tensor_ids(item_no - first_item, micro)
                 norm("final_norm", -1, 1)
                 matmul("lm_head", -1, h, sh.vocab_rows, rows=head_rows)
                 all_reduce("logits_allgather", -1, sh.vocab_rows * sh.tp, passes=1)
@@ -1040,11 +1256,10 @@ def _plan_stage(device: Device, model: Model, workload: Decode, policy: str, sh:
     residency = workload.residency
     if residency == "auto":
         residency = "pinned" if policy == "hybrid" else "lru"
-    tensors, pinned_bits = _pin(tensors, residency, tiers[0].capacity)
+    table, pinned_bits = _pin(table, residency, tiers[0].capacity)
     op_int, op_float, op_names, op_formats, op_micro = _assemble(
         pieces, rows, floats, op_names, op_formats, op_micro)
-    placed = np.array([(t.home, t.home_hi, t.split, int(t.pinned)) for t in tensors],
-                      dtype=np.int64).reshape(-1, len(TENSOR_COLUMNS))
+    placed = table.placed()
     _set_tensor_columns(op_int, placed)
     on_chip_resident = need.get(0, 0)
     lru_capacity_bits = max(0, 8 * (tiers[0].capacity - on_chip_resident) - pinned_bits)
@@ -1063,7 +1278,7 @@ def _plan_stage(device: Device, model: Model, workload: Decode, policy: str, sh:
         host_launch_s=0.0 if stack.graph else stack.launch_s,
         op_int=op_int, op_float=op_float, op_names=op_names, op_microbatch=op_micro,
         op_formats=op_formats,
-        tensors=tuple(tensors), residency=residency, lru_capacity_bits=lru_capacity_bits,
+        tensor_table=table, residency=residency, lru_capacity_bits=lru_capacity_bits,
         max_lru_entries=_max_lru_entries(op_int, placed, lru_capacity_bits, workload, tiers),
         spilled=spilled,
     )
@@ -1078,13 +1293,6 @@ def _plan_stage(device: Device, model: Model, workload: Decode, policy: str, sh:
 # shape key, so a copy never changes it.
 REPLICATED_COLUMNS = (k.C_LAYER, k.C_TENSOR, k.C_ROUTE)
 TENSOR_COLUMNS = (k.C_HOME, k.C_HOME_HI, k.C_SPLIT, k.C_PINNED)   # read off the op's tensor
-
-
-def _shape_key(item: list[_Spec]) -> tuple:
-    """What makes two layers' op rows equal up to REPLICATED_COLUMNS (with the layer's kind,
-    dense or MoE): their tensors' formats, in order. Every other attribute of a layer's tensor
-    follows from the model and the shard; q, k and v in different formats add two tensors."""
-    return tuple([spec.fmt.name for spec in item])
 
 
 @dataclass(frozen=True)
@@ -1214,7 +1422,7 @@ def _spill(device: Device, tensors: list[Tensor]) -> tuple[list[Tensor], tuple[s
     return out, tuple(notes)
 
 
-def _check_capacity(device: Device, model: Model, workload: Decode, tensors: list[Tensor],
+def _check_capacity(device: Device, model: Model, workload: Decode, table: TensorTable,
                     need: dict[int, int], stage: int, stages: int) -> None:
     """Weights plus the KV cache at the last step's context (``need``: bytes per tier) must
     fit their tiers."""
@@ -1222,7 +1430,7 @@ def _check_capacity(device: Device, model: Model, workload: Decode, tensors: lis
         tier = device.tiers[home]
         if nbytes <= tier.capacity:
             continue
-        weights = sum(t.bytes_on(home) for t in tensors if t.kind == "weight" and not t.aliased)
+        weights = int(table.held(weights=True)[home])
         short = nbytes - tier.capacity
         where = (f"stage {stage} of {stages} (tp {workload.tp})" if stages > 1
                  else f"each of {workload.tp} chips" if workload.tp > 1 else "one chip")
@@ -1237,29 +1445,30 @@ def _check_capacity(device: Device, model: Model, workload: Decode, tensors: lis
             shortfall_bytes=short, file=device.file, field=f"tiers.{tier.name}.capacity")
 
 
-def _pin(tensors: list[Tensor], residency: str, on_chip_bytes: int) -> tuple[list[Tensor], int]:
+def _pin(table: TensorTable, residency: str, on_chip_bytes: int) -> tuple[TensorTable, int]:
     """Under the pinned policy, pin off-chip weights in order while they fit on chip.
 
     An untied embedding table comes last: a step reads only a few of its rows, so it is worth
     pinning only with room to spare. An aliased LM head shares the embedding's pin.
     """
     if residency != "pinned":
-        return tensors, 0
-    free = on_chip_bytes - sum(t.bytes_on(0) for t in tensors if not t.aliased)
-    tied = any(t.aliased for t in tensors)
-    candidates = [i for i, t in enumerate(tensors)
-                  if t.kind == "weight" and not t.aliased and t.bytes_on(0) == 0]
-    candidates.sort(key=lambda i: tensors[i].role == "embedding" and not tied)
-    pinned: set[int] = set()
+        return table, 0
+    live = ~table.aliased
+    free = on_chip_bytes - int(table.tier_bytes[live, 0].sum())
+    tied = bool(table.aliased.any())
+    candidates = np.flatnonzero(table.is_weight & live & (table.tier_bytes[:, 0] == 0))
+    last = (table.role[candidates] == "embedding") & (not tied)
+    candidates = np.concatenate([candidates[~last], candidates[last]])
+    sizes = table.tier_bytes.sum(axis=1)
+    pinned = np.zeros(len(table), dtype=bool)
     pinned_bytes = 0
-    for i in candidates:
-        if pinned_bytes + tensors[i].bytes <= free:
-            pinned.add(i)
-            pinned_bytes += tensors[i].bytes
-    embedding_pinned = any(tensors[i].role == "embedding" for i in pinned)
-    out = [dataclasses.replace(t, pinned=(i in pinned) or (t.aliased and embedding_pinned))
-           for i, t in enumerate(tensors)]
-    return out, 8 * pinned_bytes
+    for i in candidates.tolist():
+        if pinned_bytes + int(sizes[i]) <= free:
+            pinned[i] = True
+            pinned_bytes += int(sizes[i])
+    if (table.role[pinned] == "embedding").any():
+        pinned |= table.aliased
+    return dataclasses.replace(table, pinned=pinned), 8 * pinned_bytes
 
 
 def _max_lru_entries(op_int: np.ndarray, placed: np.ndarray, capacity_bits: int,

@@ -51,8 +51,11 @@ CASES = {
 
 
 def _row_by_row(monkeypatch: pytest.MonkeyPatch, device, model, workload):
+    """Every layer's specs built, placed and lowered on its own."""
     monkeypatch.setattr(plan_module, "_plan_stage",
                         functools.partial(plan_module._plan_stage, replicate=False))
+    monkeypatch.setattr(plan_module, "_item_specs",
+                        functools.partial(plan_module._item_specs, replicate=False))
     try:
         return plan_system(device, model, workload)
     finally:
