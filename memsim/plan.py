@@ -619,11 +619,6 @@ def _format_for(formats: WeightFormats, role: str, layer: int, layers: int, n_ex
     return formats.for_tensor(role, layer, layers, n_experts=n_experts, tied=tied, k=k)
 
 
-@functools.lru_cache(maxsize=65536)
-def _qkv_split(formats: WeightFormats, layer: int, layers: int, n_experts: int, k: int) -> bool:
-    return formats.qkv_split(layer, layers, n_experts=n_experts, k=k)
-
-
 def _item_specs(model: Model, workload: Decode, sh: Shard, tile_n: int, final_tokens: int,
                 sequences: int, experts: range | None = None,
                 replicate: bool = True) -> list[_Item]:
@@ -654,7 +649,7 @@ def _item_specs(model: Model, workload: Decode, sh: Shard, tile_n: int, final_to
                      -(-n // tile_n), stored_as=stored_as, full_k=full_k)
 
     def qkv(layer: int) -> list[_Spec]:
-        if not _qkv_split(formats, layer, model.layers, n_experts, h):
+        if not _qkv_splits(formats, model.layers, n_experts, h)[layer]:
             return [weight("qkv", layer, (sh.heads + 2 * sh.kv_heads) * hd, h)]
         return [weight("qkv", layer, heads * hd, h, name=f"{part}.{layer}", stored_as=part)
                 for part, heads in (("q", sh.heads), ("k", sh.kv_heads), ("v", sh.kv_heads))]
@@ -723,36 +718,58 @@ def _item_specs(model: Model, workload: Decode, sh: Shard, tile_n: int, final_to
                      weight("down", layer, h, width, full_k=full_width)]
         return item
 
-    def signature(layer: int) -> tuple:
-        """What a layer's specs depend on beyond its number and formats: dense or MoE, and
-        (but for MLA) one fused QKV or q, k and v apart."""
-        split = (not model.is_mla) and _qkv_split(formats, layer, model.layers, n_experts, h)
-        return model.is_moe_layer(layer), split
-
     head = [norm("final_norm", -1), weight("lm_head", -1, sh.vocab_rows, h)]
     for i in range(workload.draft_heads):
         head.append(weight("draft_head", -1, h, h, name=f"draft_head_res.{i}"))
         head.append(weight("draft_head", -1, sh.vocab_rows, h, name=f"draft_head_lm.{i}"))
     embedding = _Spec("embedding", "weight", "embedding", -1, fmt("embedding", -1, h),
                       sh.vocab_rows, h, sh.vocab_rows)
-    items = [_Item((embedding,), -1, 0)]
+    layers = _layer_items(model, formats, layer_specs, replicate)
+    return [_Item((embedding,), -1, 0), *layers, _Item(tuple(head), -1, model.layers + 1)]
+
+
+def _layer_items(model: Model, formats: WeightFormats, layer_specs, replicate: bool) -> list[_Item]:
+    """Each layer's item: a layer of the same kind (dense or MoE; fused or split QKV) whose
+    weights have the same formats as an earlier one's shares its specs (``layer_specs(layer)``
+    builds a layer's own); without ``replicate`` each layer is built."""
+    n_experts = model.experts if model.is_moe else 0
+    splits = (_qkv_splits(formats, model.layers, n_experts, model.hidden) if not model.is_mla
+              else (False,) * model.layers)
+    kinds = [(model.is_moe_layer(layer), splits[layer]) if replicate else (layer,)
+             for layer in range(model.layers)]
     shapes: dict[tuple, list[tuple[_Item, dict]]] = {}
-    for layer in range(model.layers):
-        candidates = shapes.setdefault(signature(layer) if replicate else (layer,), [])
-        found = next((item for item, lookups in candidates
-                      if all(fmt(stored_as, layer, full_k) == f
-                             for (stored_as, full_k), f in lookups.items())), None)
+    items = []
+    for layer, kind in enumerate(kinds):
+        candidates = shapes.setdefault(kind, [])
+        found = next((item for item, by_layer in candidates
+                      if by_layer[layer] == by_layer[item.layer]), None)
         if found is None:
-            found = _Item(tuple(layer_specs(layer)), layer, len(items))
-            candidates.append((found, _lookups(found.specs)))
+            found = _Item(tuple(layer_specs(layer)), layer, layer + 1)
+            lookups = tuple({(s.stored_as, s.full_k): None for s in found.specs
+                             if s.kind == "weight" and s.stored_as})
+            same_kind = tuple(i for i, other in enumerate(kinds) if other == kind)
+            candidates.append((found, _formats_by_layer(formats, model.layers, n_experts,
+                                                        model.tied_embeddings, lookups,
+                                                        same_kind)))
         items.append(_Item(found.specs, layer, found.shape))
-    items.append(_Item(tuple(head), -1, len(items)))
     return items
 
 
-def _lookups(specs: tuple[_Spec, ...]) -> dict[tuple[str, int], Format]:
-    """The distinct format lookups of a layer's weights: (stored_as, full_k) -> format."""
-    return {(s.stored_as, s.full_k): s.fmt for s in specs if s.kind == "weight" and s.stored_as}
+@functools.lru_cache(maxsize=256)
+def _formats_by_layer(formats: WeightFormats, layers: int, n_experts: int, tied: bool,
+                      lookups: tuple[tuple[str, int], ...],
+                      of_layers: tuple[int, ...]) -> dict[int, tuple[Format, ...]]:
+    """The checkpoint's format of each ``(stored_as, full_k)`` lookup in each of ``of_layers``
+    (read-only: the dict is shared by every caller)."""
+    return {layer: tuple(_format_for(formats, stored_as, layer, layers, n_experts, tied, full_k)
+                         for stored_as, full_k in lookups) for layer in of_layers}
+
+
+@functools.lru_cache(maxsize=256)
+def _qkv_splits(formats: WeightFormats, layers: int, n_experts: int, k: int) -> tuple[bool, ...]:
+    """[layer] True where q, k and v differ in format (three matmuls, not one fused QKV)."""
+    return tuple(formats.qkv_split(layer, layers, n_experts=n_experts, k=k)
+                 for layer in range(layers))
 
 
 # The system plan ----------------------------------------------------------------------------
