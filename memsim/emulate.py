@@ -239,7 +239,8 @@ class SystemRun:
         routes = self.router.tally(step) if self.router else NO_ROUTES
         counts = _concatenate([run_step(plan, res, step, routes)
                                for plan, res in zip(system.stages, self.residencies)])
-        peers = _concatenate([peer_embedding_counts(plan, step) for plan in system.stages])
+        peers = (_concatenate([peer_embedding_counts(plan, step) for plan in system.stages])
+                 if system.workload.tp > 1 else None)       # one chip per stage: no peers
         summary = summarize(counts, system.stages[0].tier_names, self.energy,
                             dev.energy_j_per_flop, op_stage=self.op_stage,
                             op_micro=self.op_micro, weight_ops=self.weight_ops,
