@@ -482,6 +482,16 @@ class TensorTable:
         """Ids of item ``item``'s weights (``micro=-1``) or of microbatch ``micro``'s caches."""
         return list(range(self.block_start[micro + 1, item], self.block_start[micro + 1, item + 1]))
 
+    def id_matrix(self, items: np.ndarray, micro: int) -> np.ndarray:
+        """[item, slot] the ids of each of ``items`` (items of one shape) as :meth:`ids` of its
+        weights and then microbatch ``micro``'s caches lists them."""
+        parts = []
+        for row in (0, micro + 1):
+            start = self.block_start[row, items]
+            width = self.block_start[row, items[0] + 1] - start[0]
+            parts.append(start[:, None] + np.arange(width))
+        return np.concatenate(parts, axis=1)
+
     def name(self, i: int) -> str:
         """Tensor ``i``'s name."""
         spec = self.specs[self.spec[i]]
@@ -1212,7 +1222,7 @@ def _plan_stage(device: Device, model: Model, workload: Decode, policy: str, sh:
     # Layers of one shape (and microbatch) share their op rows but for the REPLICATED columns:
     # the first is built row by row, the others are copies (see _LayerTemplate).
     templates: dict[tuple, _LayerTemplate] = {}
-    pieces: list[tuple] = []          # ("rows", first, end) or ("copies", template, layers, ids)
+    pieces: list[tuple] = []    # ("rows", first, end) or ("copies", template, layers, items, micro)
     built = 0
     layers: list[int] = []
     for micro in range(workload.microbatches):
@@ -1228,12 +1238,11 @@ def _plan_stage(device: Device, model: Model, workload: Decode, policy: str, sh:
                 if micro == 0:
                     layers.append(layer)
                 item = items[item_no - first_item]
-                ids = table.ids(item_no - first_item, -1) + table.ids(item_no - first_item, micro)
                 key = (micro, item.shape) if replicate else None
                 shape = templates.get(key) if replicate else None
                 if shape is None:
                     start = len(rows)
-                    item_tensor_ids(item_no - first_item, micro)
+                    ids = item_tensor_ids(item_no - first_item, micro)
                     build_layer(layer, suffix)
                     if replicate:
                         templates[key] = _LayerTemplate.of(rows, start, ids, layer,
@@ -1245,9 +1254,9 @@ def _plan_stage(device: Device, model: Model, workload: Decode, policy: str, sh:
                 last = pieces[-1] if pieces else None
                 if last is not None and last[0] == "copies" and last[1] is shape:
                     last[2].append(layer)
-                    last[3].append(ids)
+                    last[3].append(item_no - first_item)
                 else:
-                    pieces.append(("copies", shape, [layer], [ids]))
+                    pieces.append(("copies", shape, [layer], [item_no - first_item], micro))
             else:
                 item_tensor_ids(item_no - first_item, micro)
                 norm("final_norm", -1, 1)
@@ -1275,7 +1284,7 @@ def _plan_stage(device: Device, model: Model, workload: Decode, policy: str, sh:
         residency = "pinned" if policy == "hybrid" else "lru"
     table, pinned_bits = _pin(table, residency, tiers[0].capacity)
     op_int, op_float, op_names, op_formats, op_micro = _assemble(
-        pieces, rows, floats, op_names, op_formats, op_micro)
+        pieces, table, rows, floats, op_names, op_formats, op_micro)
     placed = table.placed()
     _set_tensor_columns(op_int, placed)
     on_chip_resident = need.get(0, 0)
@@ -1333,44 +1342,46 @@ class _LayerTemplate:
                         dtype=np.int64)
         return cls(op_int, first, slot, op_int[:, k.C_ROUTE] >= 0, layer, microbatches)
 
-    def copies(self, layers: list[int], ids: list[list[int]]) -> np.ndarray:
-        """The op rows of ``layers`` (``ids``: each one's tensor ids), one layer after another."""
+    def copies(self, layers: list[int], ids: np.ndarray) -> np.ndarray:
+        """The op rows of ``layers`` (``ids``: [layer, slot] their tensor ids), one layer after
+        another."""
         n, ops = len(layers), self.op_int.shape[0]
         block = np.repeat(self.op_int[None, :, :], n, axis=0)
         layer = np.asarray(layers, dtype=np.int64)
         block[:, :, k.C_LAYER] = layer[:, None]
         has = self.slot >= 0
-        block[:, has, k.C_TENSOR] = np.asarray(ids, dtype=np.int64)[:, self.slot[has]]
+        block[:, has, k.C_TENSOR] = ids[:, self.slot[has]]
         block[:, self.routed, k.C_ROUTE] += ((layer - self.layer) * self.microbatches)[:, None]
         return block.reshape(n * ops, k.N_INT_COLS)
 
 
-def _assemble(pieces: list[tuple], rows: list[list[int]], floats: list, names: list[str],
-              formats: list[str], micro: list[int]) -> tuple:
-    """The stage's op table from the rows built one by one and the copied layers, in order."""
+def _assemble(pieces: list[tuple], table: TensorTable, rows: list[list[int]], floats: list,
+              names: list[str], formats: list[str], micro: list[int]) -> tuple:
+    """The stage's op table from the rows built one by one and the copied layers, in order
+    (a copied layer's tensor ids read off ``table``)."""
     built = np.array(rows, dtype=np.int64).reshape(-1, k.N_INT_COLS)
-    ints, out_floats, out_names, out_formats, out_micro = [], [], [], [], []
+    built_floats = np.array(floats, dtype=np.float64).reshape(-1, k.N_FLOAT_COLS)
+    built_micro = np.array(micro, dtype=np.int64)
+    ints, out_floats, out_micro, out_names, out_formats = [], [], [], [], []
     for piece in pieces:
         if piece[0] == "rows":
-            _, first, end = piece
-            ints.append(built[first:end])
-            out_floats += floats[first:end]
-            out_names += names[first:end]
-            out_formats += formats[first:end]
-            out_micro += micro[first:end]
-            continue
-        _, template, layers, ids = piece
-        a, b = template.first, template.first + template.op_int.shape[0]
-        count = len(layers)
-        ints.append(template.copies(layers, ids))
-        out_floats += floats[a:b] * count
+            _, a, b = piece
+            count = 1
+            ints.append(built[a:b])
+        else:
+            _, template, layers, items, item_micro = piece
+            a, b = template.first, template.first + template.op_int.shape[0]
+            count = len(layers)
+            ids = table.id_matrix(np.asarray(items, dtype=np.int64), item_micro)
+            ints.append(template.copies(layers, ids))
+        out_floats.append(np.tile(built_floats[a:b], (count, 1)))
+        out_micro.append(np.tile(built_micro[a:b], count))
         out_names += names[a:b] * count
         out_formats += formats[a:b] * count
-        out_micro += micro[a:b] * count
-    op_int = np.concatenate(ints) if ints else built
-    op_float = np.array(out_floats, dtype=np.float64).reshape(-1, k.N_FLOAT_COLS)
-    return (op_int, op_float, tuple(out_names), tuple(out_formats),
-            np.array(out_micro, dtype=np.int64))
+    if not pieces:
+        return built, built_floats, (), (), built_micro
+    return (np.concatenate(ints), np.concatenate(out_floats), tuple(out_names),
+            tuple(out_formats), np.concatenate(out_micro))
 
 
 def _set_tensor_columns(op_int: np.ndarray, placed: np.ndarray) -> None:
