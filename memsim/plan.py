@@ -139,8 +139,13 @@ class Plan:
 
     def bytes_by_tier(self, kind: str) -> dict[str, int]:
         """Bytes of weights (``kind="weight"``) or KV cache (``"kv"``) each tier holds."""
-        held = self.tensor_table.held(weights=kind == "weight")
-        return dict(zip(self.tier_names, (int(b) for b in held)))
+        return dict(self._held[kind])
+
+    @functools.cached_property
+    def _held(self) -> dict[str, dict[str, int]]:
+        """Bytes each tier holds, by tensor kind."""
+        return {kind: dict(zip(self.tier_names, self.tensor_table.held(kind == "weight").tolist()))
+                for kind in ("weight", "kv")}
 
 
 @dataclass(frozen=True)
@@ -501,10 +506,9 @@ class TensorTable:
         """Tensor ``i``'s storage format."""
         return self.specs[self.spec[i]].fmt
 
-    @functools.cached_property
-    def role(self) -> np.ndarray:
-        """[tensor] each tensor's role."""
-        return np.array([s.role for s in self.specs] or [""], dtype=object)[self.spec]
+    def has_role(self, role: str) -> np.ndarray:
+        """[tensor] True where the tensor's role is ``role``."""
+        return np.array([s.role == role for s in self.specs], dtype=bool)[self.spec]
 
     @functools.cached_property
     def is_weight(self) -> np.ndarray:
@@ -592,8 +596,8 @@ def place_items(placer: _Placer, items: Sequence[_Item], kv_heads: int,
 def _alias_head(table: TensorTable, tile_n: int) -> TensorTable:
     """A tied LM head stored as its embedding's table: the same tiers and bytes, split in
     whole column tiles, and not counted twice (``aliased``)."""
-    embedding = np.flatnonzero(table.role == "embedding")
-    head = np.flatnonzero(table.role == "lm_head")
+    embedding = np.flatnonzero(table.has_role("embedding"))
+    head = np.flatnonzero(table.has_role("lm_head"))
     if not len(embedding) or not len(head):
         return table
     e, h = embedding[0], head[0]
@@ -1485,7 +1489,8 @@ def _pin(table: TensorTable, residency: str, on_chip_bytes: int) -> tuple[Tensor
     free = on_chip_bytes - int(table.tier_bytes[live, 0].sum())
     tied = bool(table.aliased.any())
     candidates = np.flatnonzero(table.is_weight & live & (table.tier_bytes[:, 0] == 0))
-    last = (table.role[candidates] == "embedding") & (not tied)
+    embedding = table.has_role("embedding")
+    last = embedding[candidates] & (not tied)
     candidates = np.concatenate([candidates[~last], candidates[last]])
     sizes = table.tier_bytes.sum(axis=1)
     pinned = np.zeros(len(table), dtype=bool)
@@ -1494,7 +1499,7 @@ def _pin(table: TensorTable, residency: str, on_chip_bytes: int) -> tuple[Tensor
         if pinned_bytes + int(sizes[i]) <= free:
             pinned[i] = True
             pinned_bytes += int(sizes[i])
-    if (table.role[pinned] == "embedding").any():
+    if (embedding & pinned).any():
         pinned |= table.aliased
     return dataclasses.replace(table, pinned=pinned), 8 * pinned_bytes
 
