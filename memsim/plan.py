@@ -934,6 +934,20 @@ def _plan_policy(device: Device, model: Model, workload: Decode, policy: str) ->
                       stages=stages)
 
 
+def item_tier_bytes(device: Device, model: Model, workload: Decode,
+                    policy: str) -> list[tuple[int, ...]]:
+    """Bytes per tier one chip of a ``workload.tp`` group holds of each pipeline item (the
+    embedding, each layer with its KV cache of the whole batch, the head), before any tied head
+    or spill; what the pipeline cuts balance."""
+    sh = shard(model, workload.tp, tp_ranks_per_chip(device))
+    rules = parse_placement(workload.placement, device, model.layers)
+    tile_n = workload.tile_n or device.tile_n
+    final_tokens = workload.context + workload.steps * workload.new_tokens
+    placer = _Placer(device, model, workload, policy, rules, tile_n)
+    items = _item_specs(model, workload, sh, tile_n, final_tokens, workload.batch)
+    return place_items(placer, items, sh.kv_heads).item_bytes(len(items))
+
+
 def _plan_expert_parallel(device: Device, model: Model, workload: Decode, policy: str,
                           sh: Shard, placer: _Placer, tile_n: int,
                           final_tokens: int) -> SystemPlan:
