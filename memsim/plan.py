@@ -567,26 +567,26 @@ def place_items(placer: _Placer, items: Sequence[_Item], kv_heads: int,
 
     A tensor's placement is computed once per spec unless a placement rule names a layer range
     or experts, which place each layer's tensor on its own."""
+    shapes, first, of_item = np.unique([item.shape for item in items], return_index=True,
+                                       return_inverse=True)
     specs: list[_Spec] = []
-    blocks: list[tuple[np.ndarray, int, int]] = []     # (spec indices, layer, item)
-    by_shape: dict[tuple[int, int, int], np.ndarray] = {}
+    rows = []              # per block row (the weights, then each microbatch): spec ids by item
     for micro in range(-1, microbatches):               # -1: the weights
-        for i, item in enumerate(items):
-            key = (item.shape, micro, i if item.layer < 0 else -1)
-            ids = by_shape.get(key)
-            if ids is None:
-                chosen = [_kv_spec(s, micro, kv_heads, microbatch) for s in item.specs
-                          if (s.kind == "weight") == (micro < 0)]
-                ids = by_shape[key] = np.arange(len(specs), len(specs) + len(chosen))
-                specs += chosen
-            blocks.append((ids, item.layer, i))
-    spec = np.concatenate([ids for ids, _, _ in blocks]) if blocks else np.zeros(0, np.int64)
-    sizes = [len(ids) for ids, _, _ in blocks]
-    ends = np.cumsum(sizes, dtype=np.int64).reshape(microbatches + 1, len(items))
-    starts = ends - np.reshape(sizes, ends.shape)
+        by_shape = []
+        for f in first.tolist():
+            chosen = [_kv_spec(s, micro, kv_heads, microbatch) for s in items[f].specs
+                      if (s.kind == "weight") == (micro < 0)]
+            by_shape.append(np.arange(len(specs), len(specs) + len(chosen)))
+            specs += chosen
+        rows.append([by_shape[j] for j in of_item.tolist()])
+    blocks = [ids for row in rows for ids in row]
+    spec = np.concatenate(blocks) if blocks else np.zeros(0, np.int64)
+    sizes = np.array([len(ids) for ids in blocks], dtype=np.int64)
+    ends = np.cumsum(sizes).reshape(microbatches + 1, len(items))
+    starts = ends - sizes.reshape(ends.shape)
     block_start = np.hstack([starts, ends[:, -1:]])
-    layer = np.repeat([b[1] for b in blocks], sizes).astype(np.int64)
-    item = np.repeat([b[2] for b in blocks], sizes).astype(np.int64)
+    layer = np.repeat(np.tile([item.layer for item in items], microbatches + 1), sizes)
+    item = np.repeat(np.tile(np.arange(len(items)), microbatches + 1), sizes)
     home, home_hi, split, tier_bytes = placer.place_all(specs, spec, layer)
     n = len(spec)
     return TensorTable(tuple(specs), spec, layer, item, home, home_hi, split,
