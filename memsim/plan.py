@@ -25,9 +25,12 @@ Each stage's plan describes one chip: the chips of a tensor-parallel group do th
 their own shards.
 
 A stage is lowered once per layer shape: the first layer of each shape (dense or MoE, with its
-tensors' formats, per microbatch) is built op row by op row, and every other layer of that shape
-is a numpy copy of its rows with the REPLICATED_COLUMNS changed; the placement columns
-(TENSOR_COLUMNS) of every row are then read off the placed tensors as one array.
+tensors' formats, per microbatch) has its tensor specs built and is lowered op row by op row,
+and every other layer of that shape shares its specs (``_Item``) and is a numpy copy of its rows
+with the REPLICATED_COLUMNS changed. The tensors are placed as a :class:`TensorTable` (one row per
+tensor, placed once per spec unless a rule depends on the layer); the placement columns
+(TENSOR_COLUMNS) of every op row are read off it as one array, and :attr:`Plan.tensors` builds
+the :class:`Tensor` objects only when asked.
 """
 
 from __future__ import annotations
