@@ -368,10 +368,10 @@ class _Placer:
             self.expert_rank = np.argsort(np.argsort(probs, axis=1, kind="stable"), axis=1)
         weights, kv = default_homes(device, policy)
         self.homes = {"weight": device.tier_index(weights), "kv": device.tier_index(kv)}
-        # a layer's tensors repeat in every layer of its shape: their bytes are computed once
-        self._bytes_of: dict[tuple, tuple[tuple[int, int], ...]] = {}
+        self.granularity = tuple(t.granularity for t in device.tiers)
 
-    def place(self, spec: _Spec) -> Tensor:
+    def place(self, spec: _Spec) -> tuple[int, ...]:
+        """Home, home_hi and split of ``spec``'s tensor, then its bytes on each tier."""
         default = self.homes[spec.kind]
         lo = hi = default
         split = 0
@@ -382,34 +382,22 @@ class _Placer:
         for rule in self.rules:
             if any(rule.matches(role, spec.layer, self.model.layers) for role in roles):
                 lo, hi, split = self._apply(spec, rule, default)
-        key = (spec.kind, spec.role in _ROW_UNIT_ROLES, spec.fmt.name, spec.rows, spec.k,
-               spec.sequences, lo, hi, split)
-        tier_bytes = self._bytes_of.get(key)
-        if tier_bytes is None:
-            tier_bytes = self._bytes_of[key] = self._tier_bytes(spec, lo, hi, split)
-        return Tensor(spec.name, spec.kind, spec.role, spec.layer, lo, hi, split, tier_bytes,
-                      fmt=spec.fmt)
+        sequences = spec.sequences * self.model.kv_parts
+        return (lo, hi, split) + _tier_bytes(
+            self.granularity, self.workload.kv_block, self.tile_n, spec.kind,
+            spec.role in _ROW_UNIT_ROLES, spec.fmt, spec.rows, spec.k, sequences, lo, hi, split)
 
     def place_all(self, specs: list[_Spec], spec: np.ndarray,
                   layer: np.ndarray) -> tuple[np.ndarray, ...]:
         """Home, home_hi, split and bytes per tier ([tensor, tier]) of tensors ``spec`` (indices
         into ``specs``) of layers ``layer``: one :meth:`place` per spec, and one per tensor
         for the specs a layer-dependent rule may match."""
-        rows = [self.place(s) for s in specs]
-        n_tiers = len(self.device.tiers)
-        per_spec = np.zeros((len(specs), 3 + n_tiers), dtype=np.int64)
-        for i, tensor in enumerate(rows):
-            per_spec[i, :3] = tensor.home, tensor.home_hi, tensor.split
-            for tier, nbytes in tensor.tier_bytes:
-                per_spec[i, 3 + tier] += nbytes
+        width = 3 + len(self.granularity)
+        per_spec = np.array([self.place(s) for s in specs], dtype=np.int64).reshape(-1, width)
         out = per_spec[spec]
         by_layer = np.array([self._layer_dependent(s) for s in specs], dtype=bool)
-        for t in np.flatnonzero(by_layer[spec] if len(specs) else by_layer):
-            tensor = self.place(specs[spec[t]].in_layer(int(layer[t])))
-            out[t] = 0
-            out[t, :3] = tensor.home, tensor.home_hi, tensor.split
-            for tier, nbytes in tensor.tier_bytes:
-                out[t, 3 + tier] += nbytes
+        for t in np.flatnonzero(by_layer[spec]).tolist():
+            out[t] = self.place(specs[spec[t]].in_layer(int(layer[t])))
         return out[:, 0], out[:, 1], out[:, 2], out[:, 3:]
 
     def _layer_dependent(self, spec: _Spec) -> bool:
@@ -439,28 +427,27 @@ class _Placer:
             split -= split % self.tile_n
         return default, target, split
 
-    def _tier_bytes(self, spec: _Spec, lo: int, hi: int, split: int) -> tuple[tuple[int, int], ...]:
-        tiers = self.device.tiers
-        if spec.kind == "kv":
-            def kv_bytes(blocks: int, tier: int) -> int:
-                return spec.sequences * self.model.kv_parts * blocks * kv_block_bytes(
-                    spec.k, self.workload.kv_block, tiers[tier].granularity)
-            near = min(split, spec.rows)
-            parts = [(lo, kv_bytes(near, lo)), (hi, kv_bytes(spec.rows - near, hi))]
-        else:
-            cols = spec.rows
-            if spec.role not in _ROW_UNIT_ROLES:
-                cols = min(spec.rows, split * self.tile_n)
-            else:
-                cols = min(spec.rows, split)
-            total = spec.fmt.tensor_bits((spec.rows, spec.k))
-            lo_bits = spec.fmt.tensor_bits((cols, spec.k)) if cols else 0
-            parts = [(lo, -(-lo_bits // 8)), (hi, -(-(total - lo_bits) // 8))]
-        merged: dict[int, int] = {}
-        for tier, nbytes in parts:
-            if nbytes:
-                merged[tier] = merged.get(tier, 0) + nbytes
-        return tuple(sorted(merged.items())) or ((lo, 0),)
+
+@functools.lru_cache(maxsize=4096)
+def _tier_bytes(granularity: tuple[int, ...], kv_block: int, tile_n: int, kind: str,
+                by_rows: bool, fmt: Format, rows: int, k: int, streams: int, lo: int, hi: int,
+                split: int) -> tuple[int, ...]:
+    """Bytes on each tier of a tensor whose units below ``split`` live on ``lo``, the rest on
+    ``hi``: a KV cache of ``rows`` blocks of ``streams`` streams (sequences x heads x parts)
+    of ``k``-bit rows, or a weight of ``rows`` columns (``by_rows``: embedding rows or a
+    norm's vector; else column tiles of ``tile_n``) of length ``k``."""
+    out = [0] * len(granularity)
+    if kind == "kv":
+        near = min(split, rows)
+        for tier, blocks in ((lo, near), (hi, rows - near)):
+            out[tier] += streams * blocks * kv_block_bytes(k, kv_block, granularity[tier])
+        return tuple(out)
+    cols = min(rows, split if by_rows else split * tile_n)
+    total = fmt.tensor_bits((rows, k))
+    lo_bits = fmt.tensor_bits((cols, k)) if cols else 0
+    out[lo] += -(-lo_bits // 8)
+    out[hi] += -(-(total - lo_bits) // 8)
+    return tuple(out)
 
 
 @dataclass(frozen=True)
@@ -570,18 +557,23 @@ def place_items(placer: _Placer, items: Sequence[_Item], kv_heads: int,
 
     A tensor's placement is computed once per spec unless a placement rule names a layer range
     or experts, which place each layer's tensor on its own."""
-    shapes, first, of_item = np.unique([item.shape for item in items], return_index=True,
-                                       return_inverse=True)
+    position: dict[int, int] = {}    # each shape's position among the distinct shapes
+    first: list[int] = []            # the first item of each distinct shape
+    for i, one in enumerate(items):
+        if one.shape not in position:
+            position[one.shape] = len(first)
+            first.append(i)
+    of_item = [position[one.shape] for one in items]
     specs: list[_Spec] = []
     rows = []              # per block row (the weights, then each microbatch): spec ids by item
     for micro in range(-1, microbatches):               # -1: the weights
         by_shape = []
-        for f in first.tolist():
+        for f in first:
             chosen = [_kv_spec(s, micro, kv_heads, microbatch) for s in items[f].specs
                       if (s.kind == "weight") == (micro < 0)]
             by_shape.append(np.arange(len(specs), len(specs) + len(chosen)))
             specs += chosen
-        rows.append([by_shape[j] for j in of_item.tolist()])
+        rows.append([by_shape[j] for j in of_item])
     blocks = [ids for row in rows for ids in row]
     spec = np.concatenate(blocks) if blocks else np.zeros(0, np.int64)
     sizes = np.array([len(ids) for ids in blocks], dtype=np.int64)
