@@ -1387,8 +1387,9 @@ def _assemble(pieces: list[tuple], table: TensorTable, rows: list[list[int]], fl
             count = len(layers)
             ids = table.id_matrix(np.asarray(items, dtype=np.int64), item_micro)
             ints.append(template.copies(layers, ids))
-        out_floats.append(np.tile(built_floats[a:b], (count, 1)))
-        out_micro.append(np.tile(built_micro[a:b], count))
+        out_floats.append(built_floats[a:b] if count == 1
+                          else np.tile(built_floats[a:b], (count, 1)))
+        out_micro.append(built_micro[a:b] if count == 1 else np.tile(built_micro[a:b], count))
         out_names += names[a:b] * count
         out_formats += formats[a:b] * count
     if not pieces:
