@@ -44,10 +44,8 @@ class Residency:
         """One on-chip tier for two plans on the same chip (a target and its draft model): the
         second plan's tensors are numbered after the first's (see :func:`offset_tensors`), and
         the LRU gets what neither plan keeps resident or pinned."""
-        resident = sum(t.bytes_on(0) for plan in (first, second) for t in plan.tensors
-                       if not t.aliased)
-        pinned = sum(t.bytes for plan in (first, second) for t in plan.tensors if t.pinned
-                     and not t.aliased)
+        resident = sum(plan.tensor_table.need()[0] for plan in (first, second))
+        pinned = sum(plan.tensor_table.pinned_bytes() for plan in (first, second))
         capacity_bits = max(0, 8 * (first.device.tiers[0].capacity - resident - pinned))
         residency = cls.__new__(cls)
         residency._start(first.n_tensors + second.n_tensors,

@@ -520,6 +520,10 @@ class TensorTable:
         np.add.at(out, self.item, self.tier_bytes)
         return [tuple(int(b) for b in row) for row in out]
 
+    def pinned_bytes(self) -> int:
+        """Bytes of the pinned tensors, an aliased tensor not counted."""
+        return int(self.tier_bytes[self.pinned & ~self.aliased].sum())
+
     def placed(self) -> np.ndarray:
         """[tensor, column]: TENSOR_COLUMNS of each tensor (home, home_hi, split, pinned)."""
         return np.stack([self.home, self.home_hi, self.split, self.pinned.astype(np.int64)],
