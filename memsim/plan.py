@@ -1302,8 +1302,7 @@ def _plan_stage(device: Device, model: Model, workload: Decode, policy: str, sh:
     table, pinned_bits = _pin(table, residency, tiers[0].capacity)
     op_int, op_float, op_names, op_formats, op_micro = _assemble(
         pieces, table, rows, floats, op_names, op_formats, op_micro)
-    placed = table.placed()
-    _set_tensor_columns(op_int, placed)
+    _set_tensor_columns(op_int, table.placed())
     on_chip_resident = need.get(0, 0)
     lru_capacity_bits = max(0, 8 * (tiers[0].capacity - on_chip_resident) - pinned_bits)
     return Plan(
@@ -1322,7 +1321,7 @@ def _plan_stage(device: Device, model: Model, workload: Decode, policy: str, sh:
         op_int=op_int, op_float=op_float, op_names=op_names, op_microbatch=op_micro,
         op_formats=op_formats,
         tensor_table=table, residency=residency, lru_capacity_bits=lru_capacity_bits,
-        max_lru_entries=_max_lru_entries(op_int, placed, lru_capacity_bits, workload, tiers),
+        max_lru_entries=_max_lru_entries(op_int, lru_capacity_bits, workload, tiers),
         spilled=spilled,
     )
 
@@ -1518,22 +1517,22 @@ def _pin(table: TensorTable, residency: str, on_chip_bytes: int) -> tuple[Tensor
     return dataclasses.replace(table, pinned=pinned), 8 * pinned_bytes
 
 
-def _max_lru_entries(op_int: np.ndarray, placed: np.ndarray, capacity_bits: int,
-                     workload: Decode, tiers: tuple) -> int:
+def _max_lru_entries(op_int: np.ndarray, capacity_bits: int, workload: Decode,
+                     tiers: tuple) -> int:
     """An upper bound on tiles the LRU can hold at once: the distinct tiles of the ops' tensors
     that are neither on chip nor pinned, and at most the on-chip capacity over the smallest
-    (``placed``: as :func:`_set_tensor_columns` takes it)."""
-    if capacity_bits == 0 or not len(placed):
+    (``op_int``: with its TENSOR_COLUMNS set, :func:`_set_tensor_columns`)."""
+    if capacity_bits == 0:
         return 1
     granularity = np.array([t.granularity for t in tiers], dtype=np.int64)
-    tensor = op_int[:, k.C_TENSOR]
     kind = op_int[:, k.C_KIND]
-    where = placed[np.maximum(tensor, 0)]
-    cached = ((tensor >= 0) & (kind != k.OP_KV_APPEND) & (where[:, 3] == 0)
-              & ~((where[:, 0] == 0) & (where[:, 1] == 0)))
+    cached = ((op_int[:, k.C_TENSOR] >= 0) & (kind != k.OP_KV_APPEND)
+              & (op_int[:, k.C_PINNED] == 0)
+              & ~((op_int[:, k.C_HOME] == 0) & (op_int[:, k.C_HOME_HI] == 0)))
     if not cached.any():
         return 1
-    rows, kind, where = op_int[cached], kind[cached], where[cached]
+    rows, kind = op_int[cached], kind[cached]
+    where = rows[:, [k.C_HOME, k.C_HOME_HI]]
     col = {name: rows[:, c] for name, c in (("tk", k.C_TILE_K), ("tn", k.C_TILE_N), ("k", k.C_K),
                                            ("n", k.C_N), ("m", k.C_M), ("elem", k.C_ELEM_BITS))}
     bits = col["k"] * col["elem"]                  # an embedding row, a norm's vector
