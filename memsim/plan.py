@@ -342,10 +342,6 @@ class _Item:
     layer: int
     shape: int
 
-    def own_specs(self) -> list[_Spec]:
-        """The item's tensors with their own names and layer."""
-        return [spec.in_layer(self.layer) for spec in self.specs]
-
 
 # Weights placed by rows (embedding rows, a norm's one vector) rather than by column tiles.
 _ROW_UNIT_ROLES = ("embedding", "attn_norm", "ffn_norm", "final_norm")
@@ -475,7 +471,8 @@ class TensorTable:
 
     def ids(self, item: int, micro: int) -> list[int]:
         """Ids of item ``item``'s weights (``micro=-1``) or of microbatch ``micro``'s caches."""
-        return list(range(self.block_start[micro + 1, item], self.block_start[micro + 1, item + 1]))
+        row = self.block_start[micro + 1]
+        return list(range(row[item], row[item + 1]))
 
     def id_matrix(self, items: np.ndarray, micro: int) -> np.ndarray:
         """[item, slot] the ids of each of ``items`` (items of one shape) as :meth:`ids` of its
@@ -547,11 +544,10 @@ class TensorTable:
         for i, tensor in enumerate(tensors):
             for tier, nbytes in tensor.tier_bytes:
                 tier_bytes[i, tier] += nbytes
-        column = lambda name, dtype: np.array([getattr(t, name) for t in tensors], dtype=dtype)
-        return dataclasses.replace(
-            self, home=column("home", np.int64), home_hi=column("home_hi", np.int64),
-            split=column("split", np.int64), pinned=column("pinned", bool),
-            aliased=column("aliased", bool), tier_bytes=tier_bytes)
+        columns = {name: np.array([getattr(t, name) for t in tensors],
+                                  dtype=bool if name in ("pinned", "aliased") else np.int64)
+                   for name in ("home", "home_hi", "split", "pinned", "aliased")}
+        return dataclasses.replace(self, tier_bytes=tier_bytes, **columns)
 
 
 def place_items(placer: _Placer, items: Sequence[_Item], kv_heads: int,
