@@ -746,32 +746,41 @@ def _layer_items(model: Model, formats: WeightFormats, layer_specs, replicate: b
               else (False,) * model.layers)
     kinds = [(model.is_moe_layer(layer), splits[layer]) if replicate else (layer,)
              for layer in range(model.layers)]
-    shapes: dict[tuple, list[tuple[_Item, dict]]] = {}
+    classes: dict[tuple, dict[int, int]] = {}       # per kind: each layer's format class
+    shapes: dict[tuple, _Item] = {}
     items = []
     for layer, kind in enumerate(kinds):
-        candidates = shapes.setdefault(kind, [])
-        found = next((item for item, by_layer in candidates
-                      if by_layer[layer] == by_layer[item.layer]), None)
-        if found is None:
-            found = _Item(tuple(layer_specs(layer)), layer, layer + 1)
-            lookups = tuple({(s.stored_as, s.full_k): None for s in found.specs
+        if kind not in classes:      # a kind's first layer: its specs say what formats to ask
+            specs = tuple(layer_specs(layer))
+            lookups = tuple({(s.stored_as, s.full_k): None for s in specs
                              if s.kind == "weight" and s.stored_as})
             same_kind = tuple(i for i, other in enumerate(kinds) if other == kind)
-            candidates.append((found, _formats_by_layer(formats, model.layers, n_experts,
-                                                        model.tied_embeddings, lookups,
-                                                        same_kind)))
+            classes[kind] = _format_classes(formats, model.layers, n_experts,
+                                            model.tied_embeddings, lookups, same_kind)
+            shapes[kind, classes[kind][layer]] = _Item(specs, layer, layer + 1)
+        key = (kind, classes[kind][layer])
+        found = shapes.get(key)
+        if found is None:
+            found = shapes[key] = _Item(tuple(layer_specs(layer)), layer, layer + 1)
         items.append(_Item(found.specs, layer, found.shape))
     return items
 
 
 @functools.lru_cache(maxsize=256)
-def _formats_by_layer(formats: WeightFormats, layers: int, n_experts: int, tied: bool,
-                      lookups: tuple[tuple[str, int], ...],
-                      of_layers: tuple[int, ...]) -> dict[int, tuple[Format, ...]]:
-    """The checkpoint's format of each ``(stored_as, full_k)`` lookup in each of ``of_layers``
-    (read-only: the dict is shared by every caller)."""
-    return {layer: tuple(_format_for(formats, stored_as, layer, layers, n_experts, tied, full_k)
-                         for stored_as, full_k in lookups) for layer in of_layers}
+def _format_classes(formats: WeightFormats, layers: int, n_experts: int, tied: bool,
+                    lookups: tuple[tuple[str, int], ...],
+                    of_layers: tuple[int, ...]) -> dict[int, int]:
+    """Each of ``of_layers``' class: layers of one class have the same checkpoint format for
+    every ``(stored_as, full_k)`` lookup (read-only: the dict is shared by every caller)."""
+    seen: list[tuple[Format, ...]] = []
+    out = {}
+    for layer in of_layers:
+        found = tuple(_format_for(formats, stored_as, layer, layers, n_experts, tied, full_k)
+                      for stored_as, full_k in lookups)
+        if found not in seen:
+            seen.append(found)
+        out[layer] = seen.index(found)
+    return out
 
 
 @functools.lru_cache(maxsize=256)
