@@ -217,7 +217,8 @@ class SystemRun:
                                         for p in stages])
         self.op_micro = np.concatenate([p.op_microbatch for p in stages])
         self.op_int = np.concatenate([p.op_int for p in stages])
-        self.weight_ops = np.isin(self.op_int[:, k.C_KIND], (k.OP_EMBED, k.OP_NORM, k.OP_MATMUL))
+        kind = self.op_int[:, k.C_KIND]
+        self.weight_ops = (kind == k.OP_EMBED) | (kind == k.OP_NORM) | (kind == k.OP_MATMUL)
         self.peer_ops = (self.op_int[:, k.C_KIND] == k.OP_EMBED) & (system.workload.tp > 1)
         self.energy = tuple(float(e) for e in stages[0].tier_energy_j_per_byte)
         self.host_s = host_time_per_step(stages[0].runtime)
