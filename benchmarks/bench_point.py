@@ -5,6 +5,7 @@ stage and step) and report (the rest of ``memsim.emulate.run_system``: summaries
     python benchmarks/bench_point.py                  # H100: Llama 3 70B and Llama 3.2 1B, int8
     python benchmarks/bench_point.py --device b200 --weights int4-g128 --repeats 50
     python benchmarks/bench_point.py --memory         # peak RSS under a 160 GiB on-chip what-if
+    python benchmarks/bench_point.py --profile        # where plan and run_system spend, by function
 
 Each phase is timed on its own with ``time.perf_counter`` and its median over the repeats is
 printed, with the median of the whole point (``memsim.emulate`` on catalog names) beside it.
@@ -14,6 +15,8 @@ The machine may be shared: compare figures from one run, not across runs.
 from __future__ import annotations
 
 import argparse
+import cProfile
+import pstats
 import statistics
 import subprocess
 import sys
@@ -100,6 +103,24 @@ def memory(weights: str) -> None:
               f"{int(runs):11,d}")
 
 
+def profile(device_name: str, workload: Decode, repeats: int, top: int = 12) -> None:
+    """cProfile's top functions by own time of ``plan_system`` and of ``run_system`` (whose
+    largest item is the kernel call), per model; times include the profiler's overhead."""
+    for model_name in MODELS:
+        dev, mod = device(device_name), model(model_name)
+        system = plan_system(dev, mod, workload)
+        run_system(system)
+        for phase, fn in (("plan_system", lambda: plan_system(dev, mod, workload)),
+                          ("run_system", lambda: run_system(system))):
+            profiler = cProfile.Profile()
+            profiler.enable()
+            for _ in range(repeats):
+                fn()
+            profiler.disable()
+            print(f"== {model_name}: {phase}, {repeats} calls, by own time")
+            pstats.Stats(profiler).sort_stats("tottime").print_stats(top)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="h100-sxm")
@@ -109,11 +130,16 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=30)
     parser.add_argument("--memory", action="store_true",
                         help="peak memory of the 160 GiB on-chip what-if points instead")
+    parser.add_argument("--profile", action="store_true",
+                        help="cProfile's top functions of plan and run_system instead")
     args = parser.parse_args()
     if args.memory:
         memory(args.weights)
         return
     workload = Decode(batch=args.batch, context=args.context, weights=args.weights)
+    if args.profile:
+        profile(args.device, workload, args.repeats)
+        return
     print(f"{args.device}, batch {args.batch}, context {args.context}, weights {args.weights}, "
           f"median of {args.repeats} in a warm process (ms)")
     print(f"{'model':28s} {'resolve':>8s} {'plan':>8s} {'walk':>8s} {'report':>8s} "

@@ -17,11 +17,10 @@ from dataclasses import dataclass
 
 from memsim.device import Device
 from memsim.errors import CapacityError, ConfigError
-from memsim.layout import fewest_stage_cut, policies, shard, tp_degrees
+from memsim.layout import fewest_stage_cut, policies, tp_degrees
 from memsim.emulate import run_system
 from memsim.model import Model
-from memsim.plan import (SystemPlan, _item_specs, _Placer, parse_placement, plan_system,
-                         tp_ranks_per_chip)
+from memsim.plan import SystemPlan, item_tier_bytes, plan_system, tp_ranks_per_chip
 from memsim.workload import Decode
 
 
@@ -55,15 +54,8 @@ def _item_bytes(device: Device, model: Model, workload: Decode, policy: str,
                 tp: int) -> list[tuple[int, ...]]:
     """Bytes per tier one chip of a ``tp`` group holds of each pipeline item (the embedding,
     each layer with its KV cache, the head)."""
-    sized = dataclasses.replace(workload, tp=tp, pp=1, microbatches=1)
-    tile_n = workload.tile_n or device.tile_n
-    final_tokens = workload.context + workload.steps * workload.new_tokens
-    placer = _Placer(device, model, sized, policy, parse_placement(workload.placement, device, model.layers),
-                     tile_n)
-    sh = shard(model, tp, tp_ranks_per_chip(device))
-    items = _item_specs(model, sized, sh, tile_n, final_tokens, workload.batch)
-    return [tuple(sum(placer.place(spec).bytes_on(i) for spec in item)
-                  for i in range(len(device.tiers))) for item in items]
+    return item_tier_bytes(device, model, dataclasses.replace(workload, tp=tp, pp=1,
+                                                              microbatches=1), policy)
 
 
 def _fewest_stages(device: Device, model: Model, workload: Decode, policy: str,

@@ -31,7 +31,7 @@ class Residency:
     INITIAL_RUNS = 1 << 16      # 4 MiB of arena
 
     def __init__(self, plan: Plan, initial_runs: int = INITIAL_RUNS) -> None:
-        self._start(len(plan.tensors), plan.max_lru_entries, plan.lru_capacity_bits, initial_runs)
+        self._start(plan.n_tensors, plan.max_lru_entries, plan.lru_capacity_bits, initial_runs)
 
     def _start(self, n_tensors: int, max_tiles: int, capacity_bits: int,
                initial_runs: int) -> None:
@@ -44,13 +44,11 @@ class Residency:
         """One on-chip tier for two plans on the same chip (a target and its draft model): the
         second plan's tensors are numbered after the first's (see :func:`offset_tensors`), and
         the LRU gets what neither plan keeps resident or pinned."""
-        resident = sum(t.bytes_on(0) for plan in (first, second) for t in plan.tensors
-                       if not t.aliased)
-        pinned = sum(t.bytes for plan in (first, second) for t in plan.tensors if t.pinned
-                     and not t.aliased)
+        resident = sum(plan.tensor_table.need()[0] for plan in (first, second))
+        pinned = sum(plan.tensor_table.pinned_bytes() for plan in (first, second))
         capacity_bits = max(0, 8 * (first.device.tiers[0].capacity - resident - pinned))
         residency = cls.__new__(cls)
-        residency._start(len(first.tensors) + len(second.tensors),
+        residency._start(first.n_tensors + second.n_tensors,
                          first.max_lru_entries + second.max_lru_entries, capacity_bits,
                          initial_runs)
         return residency
@@ -219,7 +217,8 @@ class SystemRun:
                                         for p in stages])
         self.op_micro = np.concatenate([p.op_microbatch for p in stages])
         self.op_int = np.concatenate([p.op_int for p in stages])
-        self.weight_ops = np.isin(self.op_int[:, k.C_KIND], (k.OP_EMBED, k.OP_NORM, k.OP_MATMUL))
+        kind = self.op_int[:, k.C_KIND]
+        self.weight_ops = (kind == k.OP_EMBED) | (kind == k.OP_NORM) | (kind == k.OP_MATMUL)
         self.peer_ops = (self.op_int[:, k.C_KIND] == k.OP_EMBED) & (system.workload.tp > 1)
         self.energy = tuple(float(e) for e in stages[0].tier_energy_j_per_byte)
         self.host_s = host_time_per_step(stages[0].runtime)
@@ -239,7 +238,8 @@ class SystemRun:
         routes = self.router.tally(step) if self.router else NO_ROUTES
         counts = _concatenate([run_step(plan, res, step, routes)
                                for plan, res in zip(system.stages, self.residencies)])
-        peers = _concatenate([peer_embedding_counts(plan, step) for plan in system.stages])
+        peers = (_concatenate([peer_embedding_counts(plan, step) for plan in system.stages])
+                 if system.workload.tp > 1 else None)       # one chip per stage: no peers
         summary = summarize(counts, system.stages[0].tier_names, self.energy,
                             dev.energy_j_per_flop, op_stage=self.op_stage,
                             op_micro=self.op_micro, weight_ops=self.weight_ops,

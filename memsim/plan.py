@@ -25,9 +25,12 @@ Each stage's plan describes one chip: the chips of a tensor-parallel group do th
 their own shards.
 
 A stage is lowered once per layer shape: the first layer of each shape (dense or MoE, with its
-tensors' formats, per microbatch) is built op row by op row, and every other layer of that shape
-is a numpy copy of its rows with the REPLICATED_COLUMNS changed; the placement columns
-(TENSOR_COLUMNS) of every row are then read off the placed tensors as one array.
+tensors' formats, per microbatch) has its tensor specs built and is lowered op row by op row,
+and every other layer of that shape shares its specs (``_Item``) and is a numpy copy of its rows
+with the REPLICATED_COLUMNS changed. The tensors are placed as a :class:`TensorTable` (one row per
+tensor, placed once per spec unless a rule depends on the layer); the placement columns
+(TENSOR_COLUMNS) of every op row are read off it as one array, and :attr:`Plan.tensors` builds
+the :class:`Tensor` objects only when asked.
 """
 
 from __future__ import annotations
@@ -116,7 +119,7 @@ class Plan:
     op_names: tuple[str, ...]
     op_microbatch: np.ndarray         # [op]: the microbatch an op works for
     op_formats: tuple[str, ...]       # [op]: the storage format of the op's tensor (or data)
-    tensors: tuple[Tensor, ...]
+    tensor_table: TensorTable         # the tensors (C_TENSOR ids) as columns
     residency: str                    # "lru" or "pinned", resolved
     lru_capacity_bits: int
     max_lru_entries: int              # tiles the on-chip LRU can hold at once, at most
@@ -127,20 +130,25 @@ class Plan:
         """Ops in one decode step of this stage."""
         return self.op_int.shape[0]
 
-    def bytes_by_tier(self, kind: str) -> dict[str, int]:
-        """Bytes of weights (``kind="weight"``) or KV cache (``"kv"``) each tier holds."""
-        return dict(zip(self.tier_names, self._held[kind]))
+    @property
+    def n_tensors(self) -> int:
+        """Tensors of this stage (the ids ``C_TENSOR`` names)."""
+        return len(self.tensor_table)
 
     @functools.cached_property
-    def _held(self) -> dict[str, list[int]]:
-        """Bytes each tier holds, by tensor kind, in one pass over the tensors."""
-        held = {"weight": [0] * len(self.tier_names), "kv": [0] * len(self.tier_names)}
-        for tensor in self.tensors:
-            if not tensor.aliased:
-                column = held[tensor.kind]
-                for tier, nbytes in tensor.tier_bytes:
-                    column[tier] += nbytes
-        return held
+    def tensors(self) -> tuple[Tensor, ...]:
+        """The tensors as objects, built on first use from ``tensor_table``."""
+        return self.tensor_table.tensors()
+
+    def bytes_by_tier(self, kind: str) -> dict[str, int]:
+        """Bytes of weights (``kind="weight"``) or KV cache (``"kv"``) each tier holds."""
+        return dict(self._held[kind])
+
+    @functools.cached_property
+    def _held(self) -> dict[str, dict[str, int]]:
+        """Bytes each tier holds, by tensor kind."""
+        return {kind: dict(zip(self.tier_names, self.tensor_table.held(kind == "weight").tolist()))
+                for kind in ("weight", "kv")}
 
 
 @dataclass(frozen=True)
@@ -308,6 +316,31 @@ class _Spec:
     sequences: int = 0  # KV: sequences x KV heads of this chip
     expert: int = -1    # routed experts: the expert's id in its layer
     chunk: bool = False  # KV: the cache of the sequence whose prompt chunk rides in the step
+    stored_as: str = ""  # weights: the checkpoint role its format is looked up under
+    full_k: int = 0      # weights: the unsharded row length its format is looked up with
+
+    def in_layer(self, layer: int) -> "_Spec":
+        """The same tensor in ``layer`` (a layer of the same shape): its name and layer moved."""
+        if layer == self.layer:
+            return self
+        return dataclasses.replace(self, name=layer_name(self.name, layer), layer=layer)
+
+
+def layer_name(name: str, layer: int) -> str:
+    """A layer tensor's name (``role.layer[.rest]``) with its layer changed to ``layer``."""
+    parts = name.split(".")
+    parts[1] = str(layer)
+    return ".".join(parts)
+
+
+@dataclass(frozen=True)
+class _Item:
+    """A pipeline item (the embedding, a layer, the head): its tensors as built for the first
+    layer of its shape (``specs``, numbered ``shape``), which stand for ``layer``'s own."""
+
+    specs: tuple[_Spec, ...]
+    layer: int
+    shape: int
 
 
 # Weights placed by rows (embedding rows, a norm's one vector) rather than by column tiles.
@@ -331,10 +364,10 @@ class _Placer:
             self.expert_rank = np.argsort(np.argsort(probs, axis=1, kind="stable"), axis=1)
         weights, kv = default_homes(device, policy)
         self.homes = {"weight": device.tier_index(weights), "kv": device.tier_index(kv)}
-        # a layer's tensors repeat in every layer of its shape: their bytes are computed once
-        self._bytes_of: dict[tuple, tuple[tuple[int, int], ...]] = {}
+        self.granularity = tuple(t.granularity for t in device.tiers)
 
-    def place(self, spec: _Spec) -> Tensor:
+    def place(self, spec: _Spec) -> tuple[int, ...]:
+        """Home, home_hi and split of ``spec``'s tensor, then its bytes on each tier."""
         default = self.homes[spec.kind]
         lo = hi = default
         split = 0
@@ -345,13 +378,32 @@ class _Placer:
         for rule in self.rules:
             if any(rule.matches(role, spec.layer, self.model.layers) for role in roles):
                 lo, hi, split = self._apply(spec, rule, default)
-        key = (spec.kind, spec.role in _ROW_UNIT_ROLES, spec.fmt.name, spec.rows, spec.k,
-               spec.sequences, lo, hi, split)
-        tier_bytes = self._bytes_of.get(key)
-        if tier_bytes is None:
-            tier_bytes = self._bytes_of[key] = self._tier_bytes(spec, lo, hi, split)
-        return Tensor(spec.name, spec.kind, spec.role, spec.layer, lo, hi, split, tier_bytes,
-                      fmt=spec.fmt)
+        sequences = spec.sequences * self.model.kv_parts
+        return (lo, hi, split) + _tier_bytes(
+            self.granularity, self.workload.kv_block, self.tile_n, spec.kind,
+            spec.role in _ROW_UNIT_ROLES, spec.fmt, spec.rows, spec.k, sequences, lo, hi, split)
+
+    def place_all(self, specs: list[_Spec], spec: np.ndarray,
+                  layer: np.ndarray) -> tuple[np.ndarray, ...]:
+        """Home, home_hi, split and bytes per tier ([tensor, tier]) of tensors ``spec`` (indices
+        into ``specs``) of layers ``layer``: one :meth:`place` per spec, and one per tensor
+        for the specs a layer-dependent rule may match."""
+        width = 3 + len(self.granularity)
+        per_spec = np.array([self.place(s) for s in specs], dtype=np.int64).reshape(-1, width)
+        out = per_spec[spec]
+        by_layer = np.array([self._layer_dependent(s) for s in specs], dtype=bool)
+        for t in np.flatnonzero(by_layer[spec]).tolist():
+            out[t] = self.place(specs[spec[t]].in_layer(int(layer[t])))
+        return out[:, 0], out[:, 1], out[:, 2], out[:, 3:]
+
+    def _layer_dependent(self, spec: _Spec) -> bool:
+        """True when a rule may place ``spec``'s tensor differently in another layer."""
+        roles = {spec.role}
+        if self.model.tied_embeddings and spec.role in ("embedding", "lm_head"):
+            roles = {"embedding", "lm_head"}
+        return spec.layer >= 0 and any(
+            roles & set(rule.roles) and (rule.first is not None or rule.last is not None
+                                         or spec.role == "experts") for rule in self.rules)
 
     def _apply(self, spec: _Spec, rule: PlacementRule, default: int) -> tuple[int, int, int]:
         target = self.device.tier_index(rule.tier)
@@ -371,28 +423,198 @@ class _Placer:
             split -= split % self.tile_n
         return default, target, split
 
-    def _tier_bytes(self, spec: _Spec, lo: int, hi: int, split: int) -> tuple[tuple[int, int], ...]:
-        tiers = self.device.tiers
-        if spec.kind == "kv":
-            def kv_bytes(blocks: int, tier: int) -> int:
-                return spec.sequences * self.model.kv_parts * blocks * kv_block_bytes(
-                    spec.k, self.workload.kv_block, tiers[tier].granularity)
-            near = min(split, spec.rows)
-            parts = [(lo, kv_bytes(near, lo)), (hi, kv_bytes(spec.rows - near, hi))]
-        else:
-            cols = spec.rows
-            if spec.role not in _ROW_UNIT_ROLES:
-                cols = min(spec.rows, split * self.tile_n)
-            else:
-                cols = min(spec.rows, split)
-            total = spec.fmt.tensor_bits((spec.rows, spec.k))
-            lo_bits = spec.fmt.tensor_bits((cols, spec.k)) if cols else 0
-            parts = [(lo, -(-lo_bits // 8)), (hi, -(-(total - lo_bits) // 8))]
-        merged: dict[int, int] = {}
-        for tier, nbytes in parts:
-            if nbytes:
-                merged[tier] = merged.get(tier, 0) + nbytes
-        return tuple(sorted(merged.items())) or ((lo, 0),)
+
+@functools.lru_cache(maxsize=4096)
+def _tier_bytes(granularity: tuple[int, ...], kv_block: int, tile_n: int, kind: str,
+                by_rows: bool, fmt: Format, rows: int, k: int, streams: int, lo: int, hi: int,
+                split: int) -> tuple[int, ...]:
+    """Bytes on each tier of a tensor whose units below ``split`` live on ``lo``, the rest on
+    ``hi``: a KV cache of ``rows`` blocks of ``streams`` streams (sequences x heads x parts)
+    of ``k``-bit rows, or a weight of ``rows`` columns (``by_rows``: embedding rows or a
+    norm's vector; else column tiles of ``tile_n``) of length ``k``."""
+    out = [0] * len(granularity)
+    if kind == "kv":
+        near = min(split, rows)
+        for tier, blocks in ((lo, near), (hi, rows - near)):
+            out[tier] += streams * blocks * kv_block_bytes(k, kv_block, granularity[tier])
+        return tuple(out)
+    cols = min(rows, split if by_rows else split * tile_n)
+    total = fmt.tensor_bits((rows, k))
+    lo_bits = fmt.tensor_bits((cols, k)) if cols else 0
+    out[lo] += -(-lo_bits // 8)
+    out[hi] += -(-(total - lo_bits) // 8)
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class TensorTable:
+    """The tensors of one chip as columns, one row per tensor (the order of the op table's
+    ``C_TENSOR`` ids): each row's spec (``specs[spec]`` as built for the first layer of its
+    shape, standing for ``layer``'s own), placement and bytes per tier.
+    :meth:`tensors` builds the :class:`Tensor` objects."""
+
+    specs: tuple[_Spec, ...]
+    spec: np.ndarray           # [tensor] index into specs
+    layer: np.ndarray          # [tensor]
+    item: np.ndarray           # [tensor] index of its pipeline item among those placed
+    home: np.ndarray           # [tensor]
+    home_hi: np.ndarray        # [tensor]
+    split: np.ndarray          # [tensor]
+    pinned: np.ndarray         # [tensor] bool
+    aliased: np.ndarray        # [tensor] bool
+    tier_bytes: np.ndarray     # [tensor, tier]
+    block_start: np.ndarray    # [1 + microbatch, item + 1]: first id of each item's weights
+    #                            (row 0) and of each microbatch's KV caches (row 1 + micro)
+
+    def __len__(self) -> int:
+        return len(self.spec)
+
+    def ids(self, item: int, micro: int) -> list[int]:
+        """Ids of item ``item``'s weights (``micro=-1``) or of microbatch ``micro``'s caches."""
+        row = self.block_start[micro + 1]
+        return list(range(row[item], row[item + 1]))
+
+    def id_matrix(self, items: np.ndarray, micro: int) -> np.ndarray:
+        """[item, slot] the ids of each of ``items`` (items of one shape) as :meth:`ids` of its
+        weights and then microbatch ``micro``'s caches lists them."""
+        parts = []
+        for row in (0, micro + 1):
+            start = self.block_start[row, items]
+            width = self.block_start[row, items[0] + 1] - start[0]
+            parts.append(start[:, None] + np.arange(width))
+        return np.concatenate(parts, axis=1)
+
+    def name(self, i: int) -> str:
+        """Tensor ``i``'s name."""
+        spec = self.specs[self.spec[i]]
+        return spec.name if spec.layer == self.layer[i] else layer_name(spec.name, self.layer[i])
+
+    def fmt(self, i: int) -> Format:
+        """Tensor ``i``'s storage format."""
+        return self.specs[self.spec[i]].fmt
+
+    def has_role(self, role: str) -> np.ndarray:
+        """[tensor] True where the tensor's role is ``role``."""
+        return np.array([s.role == role for s in self.specs], dtype=bool)[self.spec]
+
+    @functools.cached_property
+    def is_weight(self) -> np.ndarray:
+        """[tensor] True for a weight, False for a KV cache."""
+        return np.array([s.kind == "weight" for s in self.specs], dtype=bool)[self.spec]
+
+    def held(self, weights: bool) -> np.ndarray:
+        """Bytes per tier of the weights (else the KV caches), an aliased tensor not counted."""
+        live = ~self.aliased & (self.is_weight == weights)
+        return self.tier_bytes[live].sum(axis=0)
+
+    def need(self) -> dict[int, int]:
+        """Bytes each tier stores, an aliased tensor not counted."""
+        return {tier: int(b) for tier, b in enumerate(self.tier_bytes[~self.aliased].sum(axis=0))}
+
+    def item_bytes(self, items: int) -> list[tuple[int, ...]]:
+        """Bytes per tier of each of ``items`` pipeline items, aliasing ignored."""
+        out = np.zeros((items, self.tier_bytes.shape[1]), dtype=np.int64)
+        np.add.at(out, self.item, self.tier_bytes)
+        return [tuple(int(b) for b in row) for row in out]
+
+    def pinned_bytes(self) -> int:
+        """Bytes of the pinned tensors, an aliased tensor not counted."""
+        return int(self.tier_bytes[self.pinned & ~self.aliased].sum())
+
+    def placed(self) -> np.ndarray:
+        """[tensor, column]: TENSOR_COLUMNS of each tensor (home, home_hi, split, pinned)."""
+        return np.stack([self.home, self.home_hi, self.split, self.pinned.astype(np.int64)],
+                        axis=1)
+
+    def tensors(self) -> tuple[Tensor, ...]:
+        """The tensors as objects, in id order."""
+        return tuple(self._tensor(i) for i in range(len(self)))
+
+    def _tensor(self, i: int) -> Tensor:
+        spec = self.specs[self.spec[i]].in_layer(int(self.layer[i]))
+        home = int(self.home[i])
+        tier_bytes = tuple((tier, int(b)) for tier, b in enumerate(self.tier_bytes[i]) if b)
+        return Tensor(spec.name, spec.kind, spec.role, spec.layer, home, int(self.home_hi[i]),
+                      int(self.split[i]), tier_bytes or ((home, 0),), bool(self.pinned[i]),
+                      bool(self.aliased[i]), spec.fmt)
+
+    def with_tensors(self, tensors: Sequence[Tensor]) -> "TensorTable":
+        """The same rows placed as ``tensors`` say (after a pass over the objects)."""
+        tier_bytes = np.zeros_like(self.tier_bytes)
+        for i, tensor in enumerate(tensors):
+            for tier, nbytes in tensor.tier_bytes:
+                tier_bytes[i, tier] += nbytes
+        columns = {name: np.array([getattr(t, name) for t in tensors],
+                                  dtype=bool if name in ("pinned", "aliased") else np.int64)
+                   for name in ("home", "home_hi", "split", "pinned", "aliased")}
+        return dataclasses.replace(self, tier_bytes=tier_bytes, **columns)
+
+
+def place_items(placer: _Placer, items: Sequence[_Item], kv_heads: int,
+                microbatch: int | None = None, microbatches: int = 1) -> TensorTable:
+    """Place the tensors of ``items``: every weight once, in item order, then each microbatch's
+    KV caches (``microbatch`` sequences each, a prompt chunk's one; as the specs say when None).
+
+    A tensor's placement is computed once per spec unless a placement rule names a layer range
+    or experts, which place each layer's tensor on its own."""
+    position: dict[int, int] = {}    # each shape's position among the distinct shapes
+    first: list[int] = []            # the first item of each distinct shape
+    for i, one in enumerate(items):
+        if one.shape not in position:
+            position[one.shape] = len(first)
+            first.append(i)
+    of_item = [position[one.shape] for one in items]
+    specs: list[_Spec] = []
+    rows = []              # per block row (the weights, then each microbatch): spec ids by item
+    for micro in range(-1, microbatches):               # -1: the weights
+        by_shape = []
+        for f in first:
+            chosen = [_kv_spec(s, micro, kv_heads, microbatch) for s in items[f].specs
+                      if (s.kind == "weight") == (micro < 0)]
+            by_shape.append(np.arange(len(specs), len(specs) + len(chosen)))
+            specs += chosen
+        rows.append([by_shape[j] for j in of_item])
+    blocks = [ids for row in rows for ids in row]
+    spec = np.concatenate(blocks) if blocks else np.zeros(0, np.int64)
+    sizes = np.array([len(ids) for ids in blocks], dtype=np.int64)
+    ends = np.cumsum(sizes).reshape(microbatches + 1, len(items))
+    starts = ends - sizes.reshape(ends.shape)
+    block_start = np.hstack([starts, ends[:, -1:]])
+    layer = np.repeat(np.tile([item.layer for item in items], microbatches + 1), sizes)
+    item = np.repeat(np.tile(np.arange(len(items)), microbatches + 1), sizes)
+    home, home_hi, split, tier_bytes = placer.place_all(specs, spec, layer)
+    n = len(spec)
+    return TensorTable(tuple(specs), spec, layer, item, home, home_hi, split,
+                       np.zeros(n, dtype=bool), np.zeros(n, dtype=bool), tier_bytes, block_start)
+
+
+def _alias_head(table: TensorTable, tile_n: int) -> TensorTable:
+    """A tied LM head stored as its embedding's table: the same tiers and bytes, split in
+    whole column tiles, and not counted twice (``aliased``)."""
+    embedding = np.flatnonzero(table.has_role("embedding"))
+    head = np.flatnonzero(table.has_role("lm_head"))
+    if not len(embedding) or not len(head):
+        return table
+    e, h = embedding[0], head[0]
+    home, home_hi, split = table.home.copy(), table.home_hi.copy(), table.split.copy()
+    tier_bytes, aliased = table.tier_bytes.copy(), table.aliased.copy()
+    home[h], home_hi[h], split[h] = home[e], home_hi[e], split[e] // tile_n
+    tier_bytes[h], aliased[h] = tier_bytes[e], True
+    return dataclasses.replace(table, home=home, home_hi=home_hi, split=split,
+                               tier_bytes=tier_bytes, aliased=aliased)
+
+
+def _kv_spec(spec: _Spec, micro: int, kv_heads: int, microbatch: int | None) -> _Spec:
+    """A KV spec as microbatch ``micro`` holds it (a weight's spec unchanged)."""
+    if spec.kind != "kv":
+        return spec
+    if microbatch is not None:
+        sequences = (1 if spec.chunk else microbatch) * kv_heads
+        if spec.sequences != sequences:
+            spec = dataclasses.replace(spec, sequences=sequences)
+    if micro:
+        spec = dataclasses.replace(spec, name=f"{spec.name}.mb{micro}")
+    return spec
 
 
 # A checkpoint's format of a tensor depends only on these arguments (WeightFormats is frozen):
@@ -406,16 +628,15 @@ def _format_for(formats: WeightFormats, role: str, layer: int, layers: int, n_ex
     return formats.for_tensor(role, layer, layers, n_experts=n_experts, tied=tied, k=k)
 
 
-@functools.lru_cache(maxsize=65536)
-def _qkv_split(formats: WeightFormats, layer: int, layers: int, n_experts: int, k: int) -> bool:
-    return formats.qkv_split(layer, layers, n_experts=n_experts, k=k)
-
-
 def _item_specs(model: Model, workload: Decode, sh: Shard, tile_n: int, final_tokens: int,
-                sequences: int, experts: range | None = None) -> list[list[_Spec]]:
+                sequences: int, experts: range | None = None,
+                replicate: bool = True) -> list[_Item]:
     """The tensors of one chip, grouped into pipeline items: the embedding, each layer, the
     head (final norm and LM head). KV specs cover ``sequences`` sequences; an MoE layer holds
-    the routed ``experts`` (all of them unless given) and the shared ones."""
+    the routed ``experts`` (all of them unless given) and the shared ones.
+
+    A layer whose kind and formats match an earlier layer's shares its specs (``_Item.shape``);
+    without ``replicate`` every layer is built on its own (the reference, test_plan_shapes)."""
     experts = range(model.experts) if experts is None else experts
     formats = _weight_formats(workload.weights)
     n_experts = model.experts if model.is_moe else 0
@@ -432,11 +653,12 @@ def _item_specs(model: Model, workload: Decode, sh: Shard, tile_n: int, final_to
     def weight(role: str, layer: int, n: int, kk: int, name: str = "", stored_as: str = "",
                full_k: int = 0) -> _Spec:
         name = name or (f"{role}.{layer}" if layer >= 0 else role)
-        return _Spec(name, "weight", role, layer, fmt(stored_as or role, layer, full_k or h),
-                     n, kk, -(-n // tile_n))
+        stored_as, full_k = stored_as or role, full_k or h
+        return _Spec(name, "weight", role, layer, fmt(stored_as, layer, full_k), n, kk,
+                     -(-n // tile_n), stored_as=stored_as, full_k=full_k)
 
     def qkv(layer: int) -> list[_Spec]:
-        if not _qkv_split(formats, layer, model.layers, n_experts, h):
+        if not _qkv_splits(formats, model.layers, n_experts, h)[layer]:
             return [weight("qkv", layer, (sh.heads + 2 * sh.kv_heads) * hd, h)]
         return [weight("qkv", layer, heads * hd, h, name=f"{part}.{layer}", stored_as=part)
                 for part, heads in (("q", sh.heads), ("k", sh.kv_heads), ("v", sh.kv_heads))]
@@ -468,9 +690,7 @@ def _item_specs(model: Model, workload: Decode, sh: Shard, tile_n: int, final_to
 
     chunk_blocks = -(-(workload.prefill_context + workload.steps * workload.prefill_chunk)
                      // workload.kv_block)
-    items = [[_Spec("embedding", "weight", "embedding", -1, fmt("embedding", -1, h),
-                    sh.vocab_rows, h, sh.vocab_rows)]]
-    for layer in range(model.layers):
+    def layer_specs(layer: int) -> list[_Spec]:
         chunk_kv = [_Spec(f"chunk_kv.{layer}", "kv", "kv", layer, get_format(workload.kv),
                           chunk_blocks, row_bits, chunk_blocks, sh.kv_heads, chunk=True)
                     ] if workload.prefill_chunk else []
@@ -505,13 +725,69 @@ def _item_specs(model: Model, workload: Decode, sh: Shard, tile_n: int, final_to
             full_width = (model.dense_ffn or model.ffn) if model.is_moe else model.ffn
             item += [weight("gate", layer, width, h), weight("up", layer, width, h),
                      weight("down", layer, h, width, full_k=full_width)]
-        items.append(item)
+        return item
+
     head = [norm("final_norm", -1), weight("lm_head", -1, sh.vocab_rows, h)]
     for i in range(workload.draft_heads):
         head.append(weight("draft_head", -1, h, h, name=f"draft_head_res.{i}"))
         head.append(weight("draft_head", -1, sh.vocab_rows, h, name=f"draft_head_lm.{i}"))
-    items.append(head)
+    embedding = _Spec("embedding", "weight", "embedding", -1, fmt("embedding", -1, h),
+                      sh.vocab_rows, h, sh.vocab_rows)
+    layers = _layer_items(model, formats, layer_specs, replicate)
+    return [_Item((embedding,), -1, 0), *layers, _Item(tuple(head), -1, model.layers + 1)]
+
+
+def _layer_items(model: Model, formats: WeightFormats, layer_specs, replicate: bool) -> list[_Item]:
+    """Each layer's item: a layer of the same kind (dense or MoE; fused or split QKV) whose
+    weights have the same formats as an earlier one's shares its specs (``layer_specs(layer)``
+    builds a layer's own); without ``replicate`` each layer is built."""
+    n_experts = model.experts if model.is_moe else 0
+    splits = (_qkv_splits(formats, model.layers, n_experts, model.hidden) if not model.is_mla
+              else (False,) * model.layers)
+    kinds = [(model.is_moe_layer(layer), splits[layer]) if replicate else (layer,)
+             for layer in range(model.layers)]
+    classes: dict[tuple, dict[int, int]] = {}       # per kind: each layer's format class
+    shapes: dict[tuple, _Item] = {}
+    items = []
+    for layer, kind in enumerate(kinds):
+        if kind not in classes:      # a kind's first layer: its specs say what formats to ask
+            specs = tuple(layer_specs(layer))
+            lookups = tuple({(s.stored_as, s.full_k): None for s in specs
+                             if s.kind == "weight" and s.stored_as})
+            same_kind = tuple(i for i, other in enumerate(kinds) if other == kind)
+            classes[kind] = _format_classes(formats, model.layers, n_experts,
+                                            model.tied_embeddings, lookups, same_kind)
+            shapes[kind, classes[kind][layer]] = _Item(specs, layer, layer + 1)
+        key = (kind, classes[kind][layer])
+        found = shapes.get(key)
+        if found is None:
+            found = shapes[key] = _Item(tuple(layer_specs(layer)), layer, layer + 1)
+        items.append(_Item(found.specs, layer, found.shape))
     return items
+
+
+@functools.lru_cache(maxsize=256)
+def _format_classes(formats: WeightFormats, layers: int, n_experts: int, tied: bool,
+                    lookups: tuple[tuple[str, int], ...],
+                    of_layers: tuple[int, ...]) -> dict[int, int]:
+    """Each of ``of_layers``' class: layers of one class have the same checkpoint format for
+    every ``(stored_as, full_k)`` lookup (read-only: the dict is shared by every caller)."""
+    seen: list[tuple[Format, ...]] = []
+    out = {}
+    for layer in of_layers:
+        found = tuple(_format_for(formats, stored_as, layer, layers, n_experts, tied, full_k)
+                      for stored_as, full_k in lookups)
+        if found not in seen:
+            seen.append(found)
+        out[layer] = seen.index(found)
+    return out
+
+
+@functools.lru_cache(maxsize=256)
+def _qkv_splits(formats: WeightFormats, layers: int, n_experts: int, k: int) -> tuple[bool, ...]:
+    """[layer] True where q, k and v differ in format (three matmuls, not one fused QKV)."""
+    return tuple(formats.qkv_split(layer, layers, n_experts=n_experts, k=k)
+                 for layer in range(layers))
 
 
 # The system plan ----------------------------------------------------------------------------
@@ -652,7 +928,7 @@ def _plan_policy(device: Device, model: Model, workload: Decode, policy: str) ->
     items = _item_specs(model, workload, sh, tile_n, final_tokens, workload.batch)
     starts = [0]
     if workload.pp > 1:
-        placed = [[placer.place(spec) for spec in item] for item in items]
+        placed = place_items(placer, items, sh.kv_heads).item_bytes(len(items))
         starts = _stage_starts(device, placed, workload.pp, policy)
     ends = starts[1:] + [len(items)]
     stages = tuple(
@@ -660,6 +936,20 @@ def _plan_policy(device: Device, model: Model, workload: Decode, policy: str) ->
         for s, (a, b) in enumerate(zip(starts, ends)))
     return SystemPlan(device=device, model=model, workload=workload, policy=policy, shard=sh,
                       stages=stages)
+
+
+def item_tier_bytes(device: Device, model: Model, workload: Decode,
+                    policy: str) -> list[tuple[int, ...]]:
+    """Bytes per tier one chip of a ``workload.tp`` group holds of each pipeline item (the
+    embedding, each layer with its KV cache of the whole batch, the head), before any tied head
+    or spill; what the pipeline cuts balance."""
+    sh = shard(model, workload.tp, tp_ranks_per_chip(device))
+    rules = parse_placement(workload.placement, device, model.layers)
+    tile_n = workload.tile_n or device.tile_n
+    final_tokens = workload.context + workload.steps * workload.new_tokens
+    placer = _Placer(device, model, workload, policy, rules, tile_n)
+    items = _item_specs(model, workload, sh, tile_n, final_tokens, workload.batch)
+    return place_items(placer, items, sh.kv_heads).item_bytes(len(items))
 
 
 def _plan_expert_parallel(device: Device, model: Model, workload: Decode, policy: str,
@@ -695,13 +985,12 @@ def _plan_expert_parallel(device: Device, model: Model, workload: Decode, policy
                       stages=tuple(chips), parallel_stages=True)
 
 
-def _stage_starts(device: Device, placed: list[list[Tensor]], pp: int, policy: str) -> list[int]:
+def _stage_starts(device: Device, item_bytes: list[tuple[int, ...]], pp: int,
+                  policy: str) -> list[int]:
     """First item of each stage: equal bytes per stage when a balanced cut fits, else an even
     split of the items (the capacity check then says what is short, or the tiered policy
     spills). ``pp`` is at most the items (:func:`fold_pipeline` folds a longer one)."""
     n_tiers = len(device.tiers)
-    item_bytes = [tuple(sum(t.bytes_on(i) for t in item) for i in range(n_tiers))
-                  for item in placed]
     capacity = tuple(t.capacity for t in device.tiers)
     if policy != "sram-resident":
         capacity = (sum(capacity),) * n_tiers   # balance bytes, not the on-chip cache
@@ -709,7 +998,7 @@ def _stage_starts(device: Device, placed: list[list[Tensor]], pp: int, policy: s
     cut = balanced_stages(item_bytes, capacity, pp)
     if cut is not None:
         return cut
-    return [round(s * len(placed) / pp) for s in range(pp)]
+    return [round(s * len(item_bytes) / pp) for s in range(pp)]
 
 
 def _plan_stage(device: Device, model: Model, workload: Decode, policy: str, sh: Shard,
@@ -746,35 +1035,16 @@ def _plan_stage(device: Device, model: Model, workload: Decode, policy: str, sh:
     steps_per_pass = collective_steps(link.topology, sh.tp) if link else 0
 
     # The stage's tensors: its weights once, each microbatch's KV cache of its layers.
-    tensors: list[Tensor] = []
-    index: dict[str, int] = {}
-    for item in items:
-        for spec in item:
-            if spec.kind == "weight":
-                index[spec.name] = len(tensors)
-                tensors.append(placer.place(spec))
-    for micro in range(workload.microbatches):
-        for item in items:
-            for spec in item:
-                if spec.kind == "kv":
-                    sequences = (1 if spec.chunk else mb) * sh.kv_heads
-                    if spec.sequences != sequences:
-                        spec = dataclasses.replace(spec, sequences=sequences)
-                    if micro:
-                        spec = dataclasses.replace(spec, name=f"{spec.name}.mb{micro}")
-                    index[spec.name] = len(tensors)
-                    tensors.append(placer.place(spec))
-    if "lm_head" in index and "embedding" in index and model.tied_embeddings:
-        embedding = tensors[index["embedding"]]
-        tensors[index["lm_head"]] = dataclasses.replace(
-            tensors[index["lm_head"]], home=embedding.home, home_hi=embedding.home_hi,
-            split=embedding.split // tile_n, tier_bytes=embedding.tier_bytes, aliased=True)
-
+    table = place_items(placer, items, sh.kv_heads, mb, workload.microbatches)
+    if model.tied_embeddings:
+        table = _alias_head(table, tile_n)
     spilled: tuple[str, ...] = ()
     if policy == "tiered":
-        tensors, spilled = _spill(device, tensors)
-    need = _need(tensors)           # bytes per tier; pinning below moves none
-    _check_capacity(device, model, workload, tensors, need, stage, stages)
+        spilled_tensors, spilled = _spill(device, list(table.tensors()))
+        table = table.with_tensors(spilled_tensors)
+    need = table.need()             # bytes per tier; pinning below moves none
+    _check_capacity(device, model, workload, table, need, stage, stages)
+    index: dict[str, int] = {}      # tensor ids by name, of the items built row by row
 
     rows: list[list[int]] = []
     floats: list[tuple[float, ...]] = []
@@ -812,13 +1082,7 @@ def _plan_stage(device: Device, model: Model, workload: Decode, policy: str, sh:
         row[k.C_M] = m
         row[k.C_K] = kk
         row[k.C_N] = n
-        row[k.C_TENSOR] = tensor
-        if tensor >= 0:
-            placed = tensors[tensor]
-            row[k.C_HOME] = placed.home
-            row[k.C_HOME_HI] = placed.home_hi
-            row[k.C_SPLIT] = placed.split
-            row[k.C_PINNED] = int(placed.pinned)
+        row[k.C_TENSOR] = tensor         # its TENSOR_COLUMNS are set once placed
         params = format_params.get((fmt.name, kk))
         if params is None:
             params = format_params[(fmt.name, kk)] = fmt.kernel_params(kk)
@@ -838,7 +1102,7 @@ def _plan_stage(device: Device, model: Model, workload: Decode, policy: str, sh:
     def matmul(name: str, layer: int, kk: int, n: int, tensor: str = "",
                rows: int = 0, launches: int = 1) -> list[int]:
         tensor_id = index[tensor or (f"{name}.{layer}" if layer >= 0 else name)]
-        fmt = tensors[tensor_id].fmt
+        fmt = table.fmt(tensor_id)
         path = paths.get(fmt.name)
         if path is None:
             path = paths[fmt.name] = matmul_path(device, fmt, act_in)
@@ -868,7 +1132,8 @@ def _plan_stage(device: Device, model: Model, workload: Decode, policy: str, sh:
         """Router, then each routed expert of this chip on the tokens the step sends it (a fused
         kernel: two launches for all experts, paid by the router), then the shared experts."""
         route = (layer - model.dense_layers) * workload.microbatches + micro
-        local = [s for s in items_experts if s.layer == layer and s.name.startswith("expert_")]
+        local = [s.in_layer(layer) for s in items[layer + 1 - first_item].specs
+                 if s.role == "experts"]
         matmul("router", layer, h, model.experts,
                launches=1 + (2 if local and fusion.fused_moe else 0))
         if expert_chip >= 0:
@@ -912,8 +1177,6 @@ def _plan_stage(device: Device, model: Model, workload: Decode, policy: str, sh:
     # prompt (a prefill's sequences, a chunk's sequence)
     head_rows = (mb if workload.prefill
                  else mb * workload.new_tokens + 1 if workload.prefill_chunk else 0)
-
-    items_experts = [spec for item in items for spec in item if spec.role == "experts"]
 
     def mla_in(layer: int) -> None:
         """MLA up to its cache, absorbed (DeepSeek-V2 report, arXiv 2405.04434, section 2.1;
@@ -971,37 +1234,37 @@ def _plan_stage(device: Device, model: Model, workload: Decode, policy: str, sh:
             matmul("down", layer, width, h)
         all_reduce("ffn_allreduce", layer, h)
 
-    def layer_tensor_ids(item: list[_Spec], layer: int, suffix: str) -> list[int]:
-        """The tensor ids a layer's ops may name, in the order its shape lists them."""
-        ids = [index[spec.name] for spec in item if spec.kind == "weight"]
-        ids.append(index[f"kv.{layer}{suffix}"])
-        if workload.prefill_chunk:
-            ids.append(index[f"chunk_kv.{layer}"])
+    def item_tensor_ids(item: int, micro: int) -> list[int]:
+        """The tensor ids an item's ops may name (its weights, then its caches of ``micro``),
+        in the order its specs list them; named in ``index``."""
+        ids = table.ids(item, -1) + table.ids(item, micro)
+        index.update((table.name(i), i) for i in ids)
         return ids
 
     # Layers of one shape (and microbatch) share their op rows but for the REPLICATED columns:
     # the first is built row by row, the others are copies (see _LayerTemplate).
     templates: dict[tuple, _LayerTemplate] = {}
-    pieces: list[tuple] = []          # ("rows", first, end) or ("copies", template, layers, ids)
+    pieces: list[tuple] = []    # ("rows", first, end) or ("copies", template, layers, items, micro)
     built = 0
     layers: list[int] = []
     for micro in range(workload.microbatches):
         suffix = f".mb{micro}" if micro else ""
         for item_no in range(first_item, first_item + len(items)):
             if item_no == 0:
+                item_tensor_ids(0, micro)
                 add_op("embed", k.OP_EMBED, -1, index["embedding"],
-                       tensors[index["embedding"]].fmt, m=m_rows, kk=h, n=model.vocab)
+                       table.fmt(index["embedding"]), m=m_rows, kk=h, n=model.vocab)
                 all_reduce("embed_allreduce", -1, h)
             elif item_no <= model.layers:
                 layer = item_no - 1
                 if micro == 0:
                     layers.append(layer)
                 item = items[item_no - first_item]
-                ids = layer_tensor_ids(item, layer, suffix)
-                key = (micro, model.is_moe_layer(layer), _shape_key(item)) if replicate else None
+                key = (micro, item.shape) if replicate else None
                 shape = templates.get(key) if replicate else None
                 if shape is None:
                     start = len(rows)
+                    ids = item_tensor_ids(item_no - first_item, micro)
                     build_layer(layer, suffix)
                     if replicate:
                         templates[key] = _LayerTemplate.of(rows, start, ids, layer,
@@ -1013,10 +1276,11 @@ def _plan_stage(device: Device, model: Model, workload: Decode, policy: str, sh:
                 last = pieces[-1] if pieces else None
                 if last is not None and last[0] == "copies" and last[1] is shape:
                     last[2].append(layer)
-                    last[3].append(ids)
+                    last[3].append(item_no - first_item)
                 else:
-                    pieces.append(("copies", shape, [layer], [ids]))
+                    pieces.append(("copies", shape, [layer], [item_no - first_item], micro))
             else:
+                item_tensor_ids(item_no - first_item, micro)
                 norm("final_norm", -1, 1)
                 matmul("lm_head", -1, h, sh.vocab_rows, rows=head_rows)
                 all_reduce("logits_allgather", -1, sh.vocab_rows * sh.tp, passes=1)
@@ -1040,12 +1304,10 @@ def _plan_stage(device: Device, model: Model, workload: Decode, policy: str, sh:
     residency = workload.residency
     if residency == "auto":
         residency = "pinned" if policy == "hybrid" else "lru"
-    tensors, pinned_bits = _pin(tensors, residency, tiers[0].capacity)
+    table, pinned_bits = _pin(table, residency, tiers[0].capacity)
     op_int, op_float, op_names, op_formats, op_micro = _assemble(
-        pieces, rows, floats, op_names, op_formats, op_micro)
-    placed = np.array([(t.home, t.home_hi, t.split, int(t.pinned)) for t in tensors],
-                      dtype=np.int64).reshape(-1, len(TENSOR_COLUMNS))
-    _set_tensor_columns(op_int, placed)
+        pieces, table, rows, floats, op_names, op_formats, op_micro)
+    _set_tensor_columns(op_int, table.placed())
     on_chip_resident = need.get(0, 0)
     lru_capacity_bits = max(0, 8 * (tiers[0].capacity - on_chip_resident) - pinned_bits)
     return Plan(
@@ -1063,8 +1325,8 @@ def _plan_stage(device: Device, model: Model, workload: Decode, policy: str, sh:
         host_launch_s=0.0 if stack.graph else stack.launch_s,
         op_int=op_int, op_float=op_float, op_names=op_names, op_microbatch=op_micro,
         op_formats=op_formats,
-        tensors=tuple(tensors), residency=residency, lru_capacity_bits=lru_capacity_bits,
-        max_lru_entries=_max_lru_entries(op_int, placed, lru_capacity_bits, workload, tiers),
+        tensor_table=table, residency=residency, lru_capacity_bits=lru_capacity_bits,
+        max_lru_entries=_max_lru_entries(op_int, lru_capacity_bits, workload, tiers),
         spilled=spilled,
     )
 
@@ -1078,13 +1340,6 @@ def _plan_stage(device: Device, model: Model, workload: Decode, policy: str, sh:
 # shape key, so a copy never changes it.
 REPLICATED_COLUMNS = (k.C_LAYER, k.C_TENSOR, k.C_ROUTE)
 TENSOR_COLUMNS = (k.C_HOME, k.C_HOME_HI, k.C_SPLIT, k.C_PINNED)   # read off the op's tensor
-
-
-def _shape_key(item: list[_Spec]) -> tuple:
-    """What makes two layers' op rows equal up to REPLICATED_COLUMNS (with the layer's kind,
-    dense or MoE): their tensors' formats, in order. Every other attribute of a layer's tensor
-    follows from the model and the shard; q, k and v in different formats add two tensors."""
-    return tuple([spec.fmt.name for spec in item])
 
 
 @dataclass(frozen=True)
@@ -1108,44 +1363,47 @@ class _LayerTemplate:
                         dtype=np.int64)
         return cls(op_int, first, slot, op_int[:, k.C_ROUTE] >= 0, layer, microbatches)
 
-    def copies(self, layers: list[int], ids: list[list[int]]) -> np.ndarray:
-        """The op rows of ``layers`` (``ids``: each one's tensor ids), one layer after another."""
+    def copies(self, layers: list[int], ids: np.ndarray) -> np.ndarray:
+        """The op rows of ``layers`` (``ids``: [layer, slot] their tensor ids), one layer after
+        another."""
         n, ops = len(layers), self.op_int.shape[0]
         block = np.repeat(self.op_int[None, :, :], n, axis=0)
         layer = np.asarray(layers, dtype=np.int64)
         block[:, :, k.C_LAYER] = layer[:, None]
         has = self.slot >= 0
-        block[:, has, k.C_TENSOR] = np.asarray(ids, dtype=np.int64)[:, self.slot[has]]
+        block[:, has, k.C_TENSOR] = ids[:, self.slot[has]]
         block[:, self.routed, k.C_ROUTE] += ((layer - self.layer) * self.microbatches)[:, None]
         return block.reshape(n * ops, k.N_INT_COLS)
 
 
-def _assemble(pieces: list[tuple], rows: list[list[int]], floats: list, names: list[str],
-              formats: list[str], micro: list[int]) -> tuple:
-    """The stage's op table from the rows built one by one and the copied layers, in order."""
+def _assemble(pieces: list[tuple], table: TensorTable, rows: list[list[int]], floats: list,
+              names: list[str], formats: list[str], micro: list[int]) -> tuple:
+    """The stage's op table from the rows built one by one and the copied layers, in order
+    (a copied layer's tensor ids read off ``table``)."""
     built = np.array(rows, dtype=np.int64).reshape(-1, k.N_INT_COLS)
-    ints, out_floats, out_names, out_formats, out_micro = [], [], [], [], []
+    built_floats = np.array(floats, dtype=np.float64).reshape(-1, k.N_FLOAT_COLS)
+    built_micro = np.array(micro, dtype=np.int64)
+    ints, out_floats, out_micro, out_names, out_formats = [], [], [], [], []
     for piece in pieces:
         if piece[0] == "rows":
-            _, first, end = piece
-            ints.append(built[first:end])
-            out_floats += floats[first:end]
-            out_names += names[first:end]
-            out_formats += formats[first:end]
-            out_micro += micro[first:end]
-            continue
-        _, template, layers, ids = piece
-        a, b = template.first, template.first + template.op_int.shape[0]
-        count = len(layers)
-        ints.append(template.copies(layers, ids))
-        out_floats += floats[a:b] * count
+            _, a, b = piece
+            count = 1
+            ints.append(built[a:b])
+        else:
+            _, template, layers, items, item_micro = piece
+            a, b = template.first, template.first + template.op_int.shape[0]
+            count = len(layers)
+            ids = table.id_matrix(np.asarray(items, dtype=np.int64), item_micro)
+            ints.append(template.copies(layers, ids))
+        out_floats.append(built_floats[a:b] if count == 1
+                          else np.tile(built_floats[a:b], (count, 1)))
+        out_micro.append(built_micro[a:b] if count == 1 else np.tile(built_micro[a:b], count))
         out_names += names[a:b] * count
         out_formats += formats[a:b] * count
-        out_micro += micro[a:b] * count
-    op_int = np.concatenate(ints) if ints else built
-    op_float = np.array(out_floats, dtype=np.float64).reshape(-1, k.N_FLOAT_COLS)
-    return (op_int, op_float, tuple(out_names), tuple(out_formats),
-            np.array(out_micro, dtype=np.int64))
+    if not pieces:
+        return built, built_floats, (), (), built_micro
+    return (np.concatenate(ints), np.concatenate(out_floats), tuple(out_names),
+            tuple(out_formats), np.concatenate(out_micro))
 
 
 def _set_tensor_columns(op_int: np.ndarray, placed: np.ndarray) -> None:
@@ -1214,7 +1472,7 @@ def _spill(device: Device, tensors: list[Tensor]) -> tuple[list[Tensor], tuple[s
     return out, tuple(notes)
 
 
-def _check_capacity(device: Device, model: Model, workload: Decode, tensors: list[Tensor],
+def _check_capacity(device: Device, model: Model, workload: Decode, table: TensorTable,
                     need: dict[int, int], stage: int, stages: int) -> None:
     """Weights plus the KV cache at the last step's context (``need``: bytes per tier) must
     fit their tiers."""
@@ -1222,7 +1480,7 @@ def _check_capacity(device: Device, model: Model, workload: Decode, tensors: lis
         tier = device.tiers[home]
         if nbytes <= tier.capacity:
             continue
-        weights = sum(t.bytes_on(home) for t in tensors if t.kind == "weight" and not t.aliased)
+        weights = int(table.held(weights=True)[home])
         short = nbytes - tier.capacity
         where = (f"stage {stage} of {stages} (tp {workload.tp})" if stages > 1
                  else f"each of {workload.tp} chips" if workload.tp > 1 else "one chip")
@@ -1237,47 +1495,49 @@ def _check_capacity(device: Device, model: Model, workload: Decode, tensors: lis
             shortfall_bytes=short, file=device.file, field=f"tiers.{tier.name}.capacity")
 
 
-def _pin(tensors: list[Tensor], residency: str, on_chip_bytes: int) -> tuple[list[Tensor], int]:
+def _pin(table: TensorTable, residency: str, on_chip_bytes: int) -> tuple[TensorTable, int]:
     """Under the pinned policy, pin off-chip weights in order while they fit on chip.
 
     An untied embedding table comes last: a step reads only a few of its rows, so it is worth
     pinning only with room to spare. An aliased LM head shares the embedding's pin.
     """
     if residency != "pinned":
-        return tensors, 0
-    free = on_chip_bytes - sum(t.bytes_on(0) for t in tensors if not t.aliased)
-    tied = any(t.aliased for t in tensors)
-    candidates = [i for i, t in enumerate(tensors)
-                  if t.kind == "weight" and not t.aliased and t.bytes_on(0) == 0]
-    candidates.sort(key=lambda i: tensors[i].role == "embedding" and not tied)
-    pinned: set[int] = set()
+        return table, 0
+    live = ~table.aliased
+    free = on_chip_bytes - int(table.tier_bytes[live, 0].sum())
+    tied = bool(table.aliased.any())
+    candidates = np.flatnonzero(table.is_weight & live & (table.tier_bytes[:, 0] == 0))
+    embedding = table.has_role("embedding")
+    last = embedding[candidates] & (not tied)
+    candidates = np.concatenate([candidates[~last], candidates[last]])
+    sizes = table.tier_bytes.sum(axis=1)
+    pinned = np.zeros(len(table), dtype=bool)
     pinned_bytes = 0
-    for i in candidates:
-        if pinned_bytes + tensors[i].bytes <= free:
-            pinned.add(i)
-            pinned_bytes += tensors[i].bytes
-    embedding_pinned = any(tensors[i].role == "embedding" for i in pinned)
-    out = [dataclasses.replace(t, pinned=(i in pinned) or (t.aliased and embedding_pinned))
-           for i, t in enumerate(tensors)]
-    return out, 8 * pinned_bytes
+    for i in candidates.tolist():
+        if pinned_bytes + int(sizes[i]) <= free:
+            pinned[i] = True
+            pinned_bytes += int(sizes[i])
+    if (embedding & pinned).any():
+        pinned |= table.aliased
+    return dataclasses.replace(table, pinned=pinned), 8 * pinned_bytes
 
 
-def _max_lru_entries(op_int: np.ndarray, placed: np.ndarray, capacity_bits: int,
-                     workload: Decode, tiers: tuple) -> int:
+def _max_lru_entries(op_int: np.ndarray, capacity_bits: int, workload: Decode,
+                     tiers: tuple) -> int:
     """An upper bound on tiles the LRU can hold at once: the distinct tiles of the ops' tensors
     that are neither on chip nor pinned, and at most the on-chip capacity over the smallest
-    (``placed``: as :func:`_set_tensor_columns` takes it)."""
-    if capacity_bits == 0 or not len(placed):
+    (``op_int``: with its TENSOR_COLUMNS set, :func:`_set_tensor_columns`)."""
+    if capacity_bits == 0:
         return 1
     granularity = np.array([t.granularity for t in tiers], dtype=np.int64)
-    tensor = op_int[:, k.C_TENSOR]
     kind = op_int[:, k.C_KIND]
-    where = placed[np.maximum(tensor, 0)]
-    cached = ((tensor >= 0) & (kind != k.OP_KV_APPEND) & (where[:, 3] == 0)
-              & ~((where[:, 0] == 0) & (where[:, 1] == 0)))
+    cached = ((op_int[:, k.C_TENSOR] >= 0) & (kind != k.OP_KV_APPEND)
+              & (op_int[:, k.C_PINNED] == 0)
+              & ~((op_int[:, k.C_HOME] == 0) & (op_int[:, k.C_HOME_HI] == 0)))
     if not cached.any():
         return 1
-    rows, kind, where = op_int[cached], kind[cached], where[cached]
+    rows, kind = op_int[cached], kind[cached]
+    where = rows[:, [k.C_HOME, k.C_HOME_HI]]
     col = {name: rows[:, c] for name, c in (("tk", k.C_TILE_K), ("tn", k.C_TILE_N), ("k", k.C_K),
                                            ("n", k.C_N), ("m", k.C_M), ("elem", k.C_ELEM_BITS))}
     bits = col["k"] * col["elem"]                  # an embedding row, a norm's vector

@@ -471,6 +471,28 @@ class Report:
         return "\n".join(lines)
 
 
+# Counters kept as whole bytes per op (the rest of the results are counts, summed as they are).
+_BYTE_RESULTS = (k.R_LINK_BITS, k.R_ACT_READ_BITS, k.R_ACT_WRITTEN_BITS, k.R_HIT_BITS)
+
+
+class _Columns:
+    """Where each counter sits in :func:`_int_columns`' rows, for ``n_tiers`` tiers."""
+
+    def __init__(self, n_tiers: int) -> None:
+        self.read = slice(0, n_tiers)
+        self.written = slice(n_tiers, 2 * n_tiers)
+        self.link, self.act_read, self.act_written, self.hit = range(2 * n_tiers,
+                                                                     2 * n_tiers + 4)
+        self.results = slice(2 * n_tiers + 4, None)
+
+
+def _int_columns(counts: StepCounts) -> np.ndarray:
+    """[op, column] every integer counter of a step, one row per op: the bytes read and written
+    per tier, the link, activation and hit bytes (whole bytes per op), then the raw results."""
+    return np.concatenate([_bytes(counts.read_bits), _bytes(counts.written_bits),
+                           _bytes(counts.results[:, _BYTE_RESULTS]), counts.results], axis=1)
+
+
 def _bound_labels(tier_names: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(tier_names) + ("link", "compute", "latency", "launch")
 
@@ -495,20 +517,22 @@ def summarize(counts: StepCounts, tier_names: tuple[str, ...], energy_j_per_byte
     ``host_s`` is the runtime's host time on the critical path per step; ``static_power_w`` the
     whole system's static power, W.
     """
-    read_ops = _bytes(counts.read_bits)
-    written_ops = _bytes(counts.written_bits)
-    link_ops = _bytes(counts.results[:, k.R_LINK_BITS])
+    n_tiers = len(tier_names)
+    col = _Columns(n_tiers)
+    ints = _int_columns(counts)
     stages = int(op_stage.max()) + 1
     micros = int(op_micro.max()) + 1
 
     def per_tier(values: np.ndarray) -> dict[str, int]:
         return {t: int(values[i]) for i, t in enumerate(tier_names)}
 
-    in_stage = [np.s_[:]] if stages == 1 else [op_stage == s for s in range(stages)]
-    chip_read = tuple(per_tier(read_ops[m].sum(axis=0)) for m in in_stage)
-    chip_written = tuple(per_tier(written_ops[m].sum(axis=0)) for m in in_stage)
-    chip_weight = tuple(per_tier(read_ops[m][weight_ops[m]].sum(axis=0)) for m in in_stage)
-    chip_link = tuple(int(link_ops[m].sum()) for m in in_stage)
+    chip = ([ints.sum(axis=0)] if stages == 1
+            else [ints[op_stage == s].sum(axis=0) for s in range(stages)])
+    chip_weight = ([ints[weight_ops, col.read].sum(axis=0)] if stages == 1
+                   else [ints[weight_ops & (op_stage == s), col.read].sum(axis=0)
+                         for s in range(stages)])
+    chip_read = tuple(per_tier(c[col.read]) for c in chip)
+    chip_written = tuple(per_tier(c[col.written]) for c in chip)
     op_time = counts.times.sum(axis=1)
     if op_layer is not None:
         buckets = op_layer + 1
@@ -534,28 +558,22 @@ def summarize(counts: StepCounts, tier_names: tuple[str, ...], energy_j_per_byte
     time_split = _time_split(counts.times, critical, op_kind, step_time, host_s,
                              float(work.mean()))
 
-    if peers is None or peer_ops is None:
-        own = np.zeros(len(read_ops), dtype=bool)
-        peer_read = peer_written = np.zeros_like(read_ops)
-        peer_results = np.zeros_like(counts.results)
-    else:
-        own = peer_ops
-        peer_read, peer_written = _bytes(peers.read_bits), _bytes(peers.written_bits)
-        peer_results = peers.results
-
-    any_own = bool(own.any())
-
-    def system(per_op: np.ndarray, peer: np.ndarray) -> np.ndarray:
-        if not any_own:         # integers: the same sums without the boolean copies
-            return per_op.sum(axis=0) * tp + peer.sum(axis=0)
-        return per_op[~own].sum(axis=0) * tp + per_op[own].sum(axis=0) + peer.sum(axis=0)
-
-    read = system(read_ops, peer_read)
-    written = system(written_ops, peer_written)
-    act_read = int(_bytes(counts.results[:, k.R_ACT_READ_BITS]).sum()) * tp
-    act_written = int(_bytes(counts.results[:, k.R_ACT_WRITTEN_BITS]).sum()) * tp
-    link = int(link_ops.sum()) * tp
-    results = system(counts.results, peer_results)
+    total = chip[0] if stages == 1 else ints.sum(axis=0)
+    weight_total = chip_weight[0] if stages == 1 else ints[weight_ops, col.read].sum(axis=0)
+    if peers is None or peer_ops is None or not peer_ops.any():
+        every = total * tp
+        weight_read = weight_total * tp
+    else:         # the peer ops count the emulated chip once, plus what the peers did
+        peer_ints = _int_columns(peers)
+        own = ints[peer_ops].sum(axis=0)
+        every = (total - own) * tp + own + peer_ints.sum(axis=0)
+        own_weight = ints[peer_ops & weight_ops, col.read].sum(axis=0)
+        weight_read = ((weight_total - own_weight) * tp + own_weight
+                       + peer_ints[weight_ops, col.read].sum(axis=0))
+    read, written, results = every[col.read], every[col.written], every[col.results]
+    act_read = int(total[col.act_read]) * tp
+    act_written = int(total[col.act_written]) * tp
+    link = int(total[col.link]) * tp
     energy = sum((int(read[i]) + int(written[i])) * energy_j_per_byte[i]
                  for i in range(len(tier_names)))
     energy += (act_read + act_written) * energy_j_per_byte[0]
@@ -565,16 +583,15 @@ def summarize(counts: StepCounts, tier_names: tuple[str, ...], energy_j_per_byte
     return StepSummary(
         step=counts.step,
         bytes_read=per_tier(read), bytes_written=per_tier(written),
-        weight_bytes_read=per_tier(system(read_ops * weight_ops[:, None],
-                                          peer_read * weight_ops[:, None])),
+        weight_bytes_read=per_tier(weight_read),
         link_bytes=link,
         chip_bytes_read=chip_read, chip_bytes_written=chip_written,
-        chip_weight_bytes_read=chip_weight, chip_link_bytes=chip_link,
+        chip_weight_bytes_read=tuple(per_tier(c) for c in chip_weight),
+        chip_link_bytes=tuple(int(c[col.link]) for c in chip),
         chip_busy_s=tuple(float(x) for x in work),
         activation_bytes_read=act_read, activation_bytes_written=act_written,
         hits=int(results[k.R_HITS]), misses=int(results[k.R_MISSES]),
-        hit_bytes=int(system(_bytes(counts.results[:, k.R_HIT_BITS]),
-                             _bytes(peer_results[:, k.R_HIT_BITS]))),
+        hit_bytes=int(every[col.hit]),
         flops=int(results[k.R_FLOPS]), vector_ops=int(results[k.R_VECTOR_OPS]),
         time_s=step_time,
         time_by_bound={**{label: float(by_column[i]) for i, label in enumerate(labels)},

@@ -431,10 +431,9 @@ def _bound_of(summaries: list[StepSummary]) -> str:
 
 def _check_shared_capacity(dev: Device, target: SystemPlan, draft: SystemPlan) -> None:
     """The draft and the target's first chip must fit together in every tier."""
-    first, extra = target.stages[0], draft.stages[0]
+    held = [plan.tensor_table.need() for plan in (target.stages[0], draft.stages[0])]
     for i, tier in enumerate(dev.tiers):
-        need = sum(t.bytes_on(i) for plan in (first, extra) for t in plan.tensors
-                   if not t.aliased)
+        need = held[0][i] + held[1][i]
         if need > tier.capacity:
             short = need - tier.capacity
             raise CapacityError(
@@ -452,7 +451,7 @@ def _run_iterations(target: SystemPlan, draft: SystemPlan | None, shared: bool, 
     draft_run = None
     if draft is not None:
         if shared:
-            plan = offset_tensors(draft.stages[0], len(target.stages[0].tensors))
+            plan = offset_tensors(draft.stages[0], target.stages[0].n_tensors)
             shared_tier = Residency.shared(target.stages[0], draft.stages[0])
             residencies = [shared_tier] + [Residency(p) for p in target.stages[1:]]
             draft_run = SystemRun(dataclasses.replace(draft, stages=(plan,)), [shared_tier])

@@ -47,12 +47,23 @@ CASES = {
                          Decode(batch=1, context=512, placement={"weights[20:32]": "cxl:0.3"})),
     "tiered-spill": ("cxl", "llama-3-70b", Decode(batch=8, context=8192, weights="int8")),
     "pinned": ("h100-sxm", "llama-3.2-1b", Decode(batch=1, context=256, residency="pinned")),
+    # placement computed per tensor where a rule depends on the layer (experts by rank)
+    "experts-rule": ("cxl", TINY_MOE, Decode(batch=4, context=64,
+                                             placement={"experts": "cxl:0.5"})),
+    "tied-head-rule": ("cxl", TINY, Decode(batch=2, context=100,
+                                           placement={"lm_head": "cxl:0.5"})),
+    "pp-70b-microbatches": ("cxl", "llama-3-70b",
+                               Decode(batch=8, context=8192, weights="int8", pp=2,
+                                      microbatches=2)),
 }
 
 
 def _row_by_row(monkeypatch: pytest.MonkeyPatch, device, model, workload):
+    """Every layer's specs built, placed and lowered on its own."""
     monkeypatch.setattr(plan_module, "_plan_stage",
                         functools.partial(plan_module._plan_stage, replicate=False))
+    monkeypatch.setattr(plan_module, "_item_specs",
+                        functools.partial(plan_module._item_specs, replicate=False))
     try:
         return plan_system(device, model, workload)
     finally:
