@@ -613,11 +613,27 @@ def _fill_streamed(tensor, n_tiles, total_bits, k, n, tk, tn, k_tiles, aligned, 
         return
     n_cols = (n + tn - 1) // tn
     row_bits = _segment_row_bits(k, tk, elem_bits, group, meta_bits, padded)
+    # Columns 1 .. n_cols - 2 are alike (full width, no tensor metadata): whole ones are kept,
+    # and appended, at once.
+    full = k // tk
+    mid_tiles = max(0, full - 1)
+    last_tiles = k_tiles - max(1, full)
+    col_bits = (row_bits[0] + mid_tiles * row_bits[1] + last_tiles * row_bits[2]) * tn
+    one_run = ((mid_tiles == 0 or row_bits[1] == row_bits[0])
+               and (last_tiles == 0 or row_bits[2] == row_bits[0]))
     if total_bits > cap:
         kept = 0
         start = n_tiles
         done = False
-        for nt in range(n_cols - 1, -1, -1):
+        nt = n_cols - 1
+        while nt >= 0:
+            if 0 < nt < n_cols - 1:
+                whole = nt if col_bits == 0 else min(nt, (cap - kept) // col_bits)
+                if whole > 0:
+                    kept += whole * col_bits
+                    nt -= whole
+                    start = (nt + 1) * k_tiles
+                    continue
             for part in range(2, -1, -1):
                 lo, hi, bits = _column_segment(nt, part, k, n, tk, tn, k_tiles, row_bits,
                                                tensor_meta_bits)
@@ -628,13 +644,20 @@ def _fill_streamed(tensor, n_tiles, total_bits, k, n, tk, tn, k_tiles, aligned, 
                     break
             if done:
                 break
-    for nt in range(start // k_tiles, n_cols):
+            nt -= 1
+    nt = start // k_tiles
+    while nt < n_cols:
+        if one_run and 0 < nt < n_cols - 1 and start <= nt * k_tiles:
+            _append_run(tensor, nt * k_tiles, (n_cols - 1) * k_tiles, row_bits[0] * tn, a)
+            nt = n_cols - 1
+            continue
         for part in range(3):
             lo, hi, bits = _column_segment(nt, part, k, n, tk, tn, k_tiles, row_bits,
                                            tensor_meta_bits)
             lo = max(lo, start)
             if lo < hi:
                 _append_run(tensor, lo, hi, bits, a)
+        nt += 1
 
 
 @jit
@@ -1268,7 +1291,10 @@ def walk_step(op_int, op_float, step, seed, n_cores, vector_rate, launch_s, host
                  times, wave_bits)
         launches = op_int[op, C_LAUNCHES]
         times[op, n_tiers + 3] += launch_s * launches
-        host_bound = host_launch_s * launches - times[op].sum()
+        op_s = 0.0
+        for col in range(times.shape[1]):
+            op_s += times[op, col]
+        host_bound = host_launch_s * launches - op_s
         if host_bound > 0.0:
             times[op, n_tiers + 3] += host_bound
     for row in range(1, 1 + arena[0, S_TENSORS]):
