@@ -1000,7 +1000,13 @@ def _attention(op, op_int, op_float, step, n_cores, vector_rate, tier_bandwidth,
     for w in range(waves):
         slowest = 0.0
         wave_on_chip = 0
-        for u in range(w * n_cores, min(units, (w + 1) * n_cores)):
+        u_first = w * n_cores
+        u_last = min(units, u_first + n_cores)
+        # Streamed, a wave's units of one split index differ only in their stream: each split
+        # index is walked once and counted ``same`` times (exact: its counts are integers).
+        groups = min(split, u_last - u_first) if streamed else u_last - u_first
+        for u in range(u_first, u_first + groups):
+            same = (u_last - u + split - 1) // split if streamed else 1
             stream = u // split // q_tiles
             j0 = (u % split) * blocks_per_unit
             j1 = min(blocks, j0 + blocks_per_unit)
@@ -1013,11 +1019,11 @@ def _attention(op, op_int, op_float, step, n_cores, vector_rate, tier_bandwidth,
                 # every block misses: the unit's blocks below and above the split at once
                 low = max(0, min(j1, split_at) - j0)
                 high = (j1 - j0) - low
-                misses += parts * (j1 - j0)
-                miss_bits += parts * (low * bits_lo + high * bits_hi)
-                wave_bits[home_lo] += parts * low * bits_lo
-                wave_bits[home_hi] += parts * high * bits_hi
-                wave_on_chip += parts * (low * bits_lo + high * bits_hi)
+                misses += same * parts * (j1 - j0)
+                miss_bits += same * parts * (low * bits_lo + high * bits_hi)
+                wave_bits[home_lo] += same * parts * low * bits_lo
+                wave_bits[home_hi] += same * parts * high * bits_hi
+                wave_on_chip += same * parts * (low * bits_lo + high * bits_hi)
             base = stream * max_blocks * parts     # row kv of block j: tile base + parts j + kv
             t = base + parts * j0
             t_end = base + parts * (j1 if not streamed else j0)
@@ -1057,14 +1063,14 @@ def _attention(op, op_int, op_float, step, n_cores, vector_rate, tier_bandwidth,
                 seen = tokens - new_tokens + i + 1
                 visible += max(0, min(tok1, seen) - tok0)
             # scores over the keys' width, then the weighted sum over the values' width
-            results[op, R_FLOPS] += 2 * (head_dim + v_dim) * q_per_kv * visible
+            results[op, R_FLOPS] += same * 2 * (head_dim + v_dim) * q_per_kv * visible
             vector_ops = (SOFTMAX_OPS * q_per_kv * visible
                           + dequant_ops * parts * head_dim * (tok1 - tok0))
-            results[op, R_VECTOR_OPS] += np.int64(vector_ops)
+            results[op, R_VECTOR_OPS] += same * np.int64(vector_ops)
             unit_rows = q_per_kv * (q1 - q0)
-            results[op, R_ACT_READ_BITS] += unit_rows * head_dim * act_bits
-            results[op, R_ACT_WRITTEN_BITS] += unit_rows * v_dim * out_bits
-            wave_on_chip += unit_rows * (head_dim * act_bits + v_dim * out_bits)
+            results[op, R_ACT_READ_BITS] += same * unit_rows * head_dim * act_bits
+            results[op, R_ACT_WRITTEN_BITS] += same * unit_rows * v_dim * out_bits
+            wave_on_chip += same * unit_rows * (head_dim * act_bits + v_dim * out_bits)
             if q_tiles > 1:
                 rows_charged = _padded_rows(unit_rows, op_int[op, C_M_GRAIN])
             unit_s = (2.0 * (head_dim + v_dim) * rows_charged * (tok1 - tok0) / core_peak
