@@ -632,7 +632,6 @@ def _fill_streamed(tensor, n_tiles, total_bits, k, n, tk, tn, k_tiles, aligned, 
                 if whole > 0:
                     kept += whole * col_bits
                     nt -= whole
-                    start = (nt + 1) * k_tiles
                     continue
             for part in range(2, -1, -1):
                 lo, hi, bits = _column_segment(nt, part, k, n, tk, tn, k_tiles, row_bits,
