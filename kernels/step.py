@@ -613,11 +613,26 @@ def _fill_streamed(tensor, n_tiles, total_bits, k, n, tk, tn, k_tiles, aligned, 
         return
     n_cols = (n + tn - 1) // tn
     row_bits = _segment_row_bits(k, tk, elem_bits, group, meta_bits, padded)
+    # Columns 1 .. n_cols - 2 are alike (full width, no tensor metadata): whole ones are kept,
+    # and appended, at once.
+    full = k // tk
+    mid_tiles = max(0, full - 1)
+    last_tiles = k_tiles - max(1, full)
+    col_bits = (row_bits[0] + mid_tiles * row_bits[1] + last_tiles * row_bits[2]) * tn
+    one_run = ((mid_tiles == 0 or row_bits[1] == row_bits[0])
+               and (last_tiles == 0 or row_bits[2] == row_bits[0]))
     if total_bits > cap:
         kept = 0
         start = n_tiles
         done = False
-        for nt in range(n_cols - 1, -1, -1):
+        nt = n_cols - 1
+        while nt >= 0:
+            if 0 < nt < n_cols - 1:
+                whole = nt if col_bits == 0 else min(nt, (cap - kept) // col_bits)
+                if whole > 0:
+                    kept += whole * col_bits
+                    nt -= whole
+                    continue
             for part in range(2, -1, -1):
                 lo, hi, bits = _column_segment(nt, part, k, n, tk, tn, k_tiles, row_bits,
                                                tensor_meta_bits)
@@ -628,13 +643,20 @@ def _fill_streamed(tensor, n_tiles, total_bits, k, n, tk, tn, k_tiles, aligned, 
                     break
             if done:
                 break
-    for nt in range(start // k_tiles, n_cols):
+            nt -= 1
+    nt = start // k_tiles
+    while nt < n_cols:
+        if one_run and 0 < nt < n_cols - 1 and start <= nt * k_tiles:
+            _append_run(tensor, nt * k_tiles, (n_cols - 1) * k_tiles, row_bits[0] * tn, a)
+            nt = n_cols - 1
+            continue
         for part in range(3):
             lo, hi, bits = _column_segment(nt, part, k, n, tk, tn, k_tiles, row_bits,
                                            tensor_meta_bits)
             lo = max(lo, start)
             if lo < hi:
                 _append_run(tensor, lo, hi, bits, a)
+        nt += 1
 
 
 @jit
@@ -676,6 +698,73 @@ def _fill_streamed_kv(tensor, streams, parts, blocks, max_blocks, split_at, bits
             hi = base + (parts * low if part == 0 else parts * blocks)
             if lo < hi:
                 _append_run(tensor, lo, hi, bits_lo if part == 0 else bits_hi, a)
+
+
+@jit_inline
+def _cycled_sum(x, split, prefix):
+    """Sum over units 0 .. x-1 of a per-split-index value whose prefix sums are ``prefix``."""
+    return (x // split) * prefix[split] + prefix[x % split]
+
+
+@jit_inline
+def _staged_k(x, split, act_reuse, k, prefix_k):
+    """Contraction elements of activations units 0 .. x-1 read: those of every
+    ``act_reuse``-th column's units (each column's units span ``k``)."""
+    q = x // split
+    staged = ((q + act_reuse - 1) // act_reuse) * k
+    if q % act_reuse == 0:
+        staged += prefix_k[x % split]
+    return staged
+
+
+@jit_inline
+def _unit_seconds(rows, unit_elements, m_grain, core_peak, core_vector, dequant_ops, gemv):
+    """One matmul unit's compute time (matrix units, or a GEMV on the vector units)."""
+    vector_ops = dequant_ops * unit_elements
+    unit_s = max(2.0 * _padded_rows(rows, m_grain) * unit_elements / core_peak,
+                 vector_ops / core_vector)
+    if gemv:
+        unit_s = min(unit_s, (2.0 * rows * unit_elements + vector_ops) / core_vector)
+    return unit_s
+
+
+@jit
+def _uniform_units(op, u0, u1, nt0, split, rows, k, n, tn, k_tiles, k_tiles_per_unit, unit_k,
+                   prefix_row_bits, prefix_k, tensor_meta_bits, act_reuse, act_bits, out_bits,
+                   m_grain, core_peak, core_vector, dequant_ops, gemv, results):
+    """Matmul units [u0, u1) of one M tile, one home and one column width (that of column
+    ``nt0``), summed as the per-unit loop sums them: returns their tiles, tile bits, on-chip
+    bits and slowest unit's seconds, and adds their activations, FLOPs and vector operations
+    to ``results``. A unit's k range is the full ``unit_k[0]`` but for the last split index."""
+    nn = min(tn, n - nt0 * tn)
+    count = u1 - u0
+    lasts = u1 // split - u0 // split          # units whose split index is split - 1
+    fulls = count - lasts
+    tiles = fulls * k_tiles_per_unit + lasts * (k_tiles - (split - 1) * k_tiles_per_unit)
+    bits = (_cycled_sum(u1, split, prefix_row_bits) - _cycled_sum(u0, split, prefix_row_bits)) * nn
+    if u0 == 0:
+        bits += tensor_meta_bits
+    k_sum = _cycled_sum(u1, split, prefix_k) - _cycled_sum(u0, split, prefix_k)
+    # activations: read by the units of every act_reuse-th column
+    act_k = _staged_k(u1, split, act_reuse, k, prefix_k) - _staged_k(u0, split, act_reuse, k,
+                                                                      prefix_k)
+    act = rows * act_k * act_bits
+    out = count * rows * nn * out_bits
+    results[op, R_ACT_READ_BITS] += act
+    results[op, R_ACT_WRITTEN_BITS] += out
+    results[op, R_FLOPS] += 2 * rows * nn * k_sum
+    unit_s = 0.0
+    if fulls > 0:
+        ue = unit_k[0] * nn
+        results[op, R_VECTOR_OPS] += fulls * np.int64(dequant_ops * ue)
+        unit_s = max(unit_s, _unit_seconds(rows, ue, m_grain, core_peak, core_vector,
+                                           dequant_ops, gemv))
+    if lasts > 0:
+        ue = unit_k[split - 1] * nn
+        results[op, R_VECTOR_OPS] += lasts * np.int64(dequant_ops * ue)
+        unit_s = max(unit_s, _unit_seconds(rows, ue, m_grain, core_peak, core_vector,
+                                           dequant_ops, gemv))
+    return tiles, bits, bits + act + out, unit_s
 
 
 @jit
@@ -728,6 +817,14 @@ def _matmul(op, m, op_int, op_float, n_cores, vector_rate, tier_bandwidth, tier_
     streamed = (pinned == 0 and home_lo != 0 and home_hi != 0 and m_tiles == 1
                 and arena[1 + tensor, T_FIRST] == NIL
                 and full_bits + tensor_meta_bits <= arena[0, S_CAPACITY_BITS])
+    # Every unit's tiles fare alike (all miss, all on chip, or a pinned tensor's): a wave's
+    # units are summed in closed form, piece by piece (see _uniform_units).
+    uniform = m_tiles == 1 and (streamed or pinned == 1 or (home_lo == 0 and home_hi == 0))
+    prefix_row_bits = np.zeros(split + 1, dtype=np.int64)
+    prefix_k = np.zeros(split + 1, dtype=np.int64)
+    for s in range(split):
+        prefix_row_bits[s + 1] = prefix_row_bits[s] + unit_row_bits[s]
+        prefix_k[s + 1] = prefix_k[s] + unit_k[s]
     _begin_op(tensor, arena)
     hits = 0
     misses = 0
@@ -737,7 +834,35 @@ def _matmul(op, m, op_int, op_float, n_cores, vector_rate, tier_bandwidth, tier_
     for w in range(waves):
         slowest = quant_ops / vector_rate if w == 0 else 0.0
         wave_on_chip = 0
-        for u in range(w * n_cores, min(units, (w + 1) * n_cores)):
+        if uniform:
+            u0 = w * n_cores
+            u1 = min(units, u0 + n_cores)
+            while u0 < u1:
+                nt0 = u0 // split
+                p1 = u1             # a piece: units of one home and one column width
+                if nt0 < split_at:
+                    p1 = min(p1, split_at * split)
+                if nt0 < n_tiles - 1:
+                    p1 = min(p1, (n_tiles - 1) * split)
+                home = home_lo if nt0 < split_at else home_hi
+                hit = not streamed and _fetch(tensor, 0, 0, home, pinned, arena)
+                (tiles, bits, on_chip,
+                 unit_s) = _uniform_units(op, u0, p1, nt0, split, m, k, n, tn, k_tiles,
+                                          k_tiles_per_unit, unit_k, prefix_row_bits, prefix_k,
+                                          tensor_meta_bits, act_reuse, act_bits, out_bits,
+                                          m_grain, core_peak, core_vector, dequant_ops, gemv,
+                                          results)
+                if hit:
+                    hits += tiles
+                    hit_bits += bits
+                else:
+                    misses += tiles
+                    miss_bits += bits
+                    wave_bits[home] += bits
+                wave_on_chip += on_chip
+                slowest = max(slowest, unit_s)
+                u0 = p1
+        for u in range(w * n_cores, min(units, (w + 1) * n_cores) if not uniform else 0):
             nt = u // split // m_tiles
             rows = min(tm, m - (u // split % m_tiles) * tm)
             kt0 = (u % split) * k_tiles_per_unit
@@ -806,13 +931,9 @@ def _matmul(op, m, op_int, op_float, n_cores, vector_rate, tier_bandwidth, tier_
             results[op, R_ACT_WRITTEN_BITS] += out
             wave_on_chip += out
             results[op, R_FLOPS] += 2 * rows * unit_elements
-            vector_ops = dequant_ops * unit_elements
-            results[op, R_VECTOR_OPS] += np.int64(vector_ops)
-            unit_s = max(2.0 * _padded_rows(rows, m_grain) * unit_elements / core_peak,
-                         vector_ops / core_vector)
-            if gemv:
-                unit_s = min(unit_s, (2.0 * rows * unit_elements + vector_ops) / core_vector)
-            slowest = max(slowest, unit_s)
+            results[op, R_VECTOR_OPS] += np.int64(dequant_ops * unit_elements)
+            slowest = max(slowest, _unit_seconds(rows, unit_elements, m_grain, core_peak,
+                                                 core_vector, dequant_ops, gemv))
         if w == waves - 1 and split > 1:
             wave_on_chip += _split_reduction(op, m, n, n, split, act_bits, results)
         wave_bits[0] += wave_on_chip
@@ -878,7 +999,13 @@ def _attention(op, op_int, op_float, step, n_cores, vector_rate, tier_bandwidth,
     for w in range(waves):
         slowest = 0.0
         wave_on_chip = 0
-        for u in range(w * n_cores, min(units, (w + 1) * n_cores)):
+        u_first = w * n_cores
+        u_last = min(units, u_first + n_cores)
+        # Streamed, a wave's units of one split index differ only in their stream: each split
+        # index is walked once and counted ``same`` times (exact: its counts are integers).
+        groups = min(split, u_last - u_first) if streamed else u_last - u_first
+        for u in range(u_first, u_first + groups):
+            same = (u_last - u + split - 1) // split if streamed else 1
             stream = u // split // q_tiles
             j0 = (u % split) * blocks_per_unit
             j1 = min(blocks, j0 + blocks_per_unit)
@@ -891,28 +1018,43 @@ def _attention(op, op_int, op_float, step, n_cores, vector_rate, tier_bandwidth,
                 # every block misses: the unit's blocks below and above the split at once
                 low = max(0, min(j1, split_at) - j0)
                 high = (j1 - j0) - low
-                misses += parts * (j1 - j0)
-                miss_bits += parts * (low * bits_lo + high * bits_hi)
-                wave_bits[home_lo] += parts * low * bits_lo
-                wave_bits[home_hi] += parts * high * bits_hi
-                wave_on_chip += parts * (low * bits_lo + high * bits_hi)
-            for j in range(j0, j1 if not streamed else j0):
-                home = home_lo if j < split_at else home_hi
-                block_bits = bits_lo if j < split_at else bits_hi
-                for kv in range(parts):
-                    t = (stream * max_blocks + j) * parts + kv
-                    if streamed:
-                        misses += 1
-                        miss_bits += block_bits
-                        wave_bits[home] += block_bits
-                    elif _fetch(tensor, t, block_bits, home, pinned, arena):
-                        hits += 1
-                        hit_bits += block_bits
+                misses += same * parts * (j1 - j0)
+                miss_bits += same * parts * (low * bits_lo + high * bits_hi)
+                wave_bits[home_lo] += same * parts * low * bits_lo
+                wave_bits[home_hi] += same * parts * high * bits_hi
+                wave_on_chip += same * parts * (low * bits_lo + high * bits_hi)
+            base = stream * max_blocks * parts     # row kv of block j: tile base + parts j + kv
+            t = base + parts * j0
+            t_end = base + parts * (j1 if not streamed else j0)
+            while t < t_end:
+                low = t - base < parts * split_at
+                home = home_lo if low else home_hi
+                block_bits = bits_lo if low else bits_hi
+                end = t + 1
+                same_home_end = min(t_end, base + parts * split_at) if low else t_end
+                if home == 0 or pinned == 1:
+                    # on chip, or a pinned tensor's: the tiles up to the split fare alike
+                    end = same_home_end
+                    held = _fetch(tensor, t, block_bits, home, pinned, arena)
+                else:
+                    c = _held_run(t, arena)
+                    held = c != NIL
+                    if held:
+                        # hits on the held run's tiles in a row (up to the split): one relink
+                        if arena[c, N_BITS] == block_bits:
+                            end = min(arena[c, N_HI], same_home_end)
+                        _touch_run(tensor, c, t, end, arena)
                     else:
-                        misses += 1
-                        miss_bits += block_bits
-                        wave_bits[home] += block_bits
-                    wave_on_chip += block_bits
+                        _fill(tensor, t, block_bits, arena)
+                if held:
+                    hits += end - t
+                    hit_bits += (end - t) * block_bits
+                else:
+                    misses += end - t
+                    miss_bits += (end - t) * block_bits
+                    wave_bits[home] += (end - t) * block_bits
+                wave_on_chip += (end - t) * block_bits
+                t = end
             tok0 = j0 * block
             tok1 = min(tokens, j1 * block)
             visible = 0
@@ -920,14 +1062,14 @@ def _attention(op, op_int, op_float, step, n_cores, vector_rate, tier_bandwidth,
                 seen = tokens - new_tokens + i + 1
                 visible += max(0, min(tok1, seen) - tok0)
             # scores over the keys' width, then the weighted sum over the values' width
-            results[op, R_FLOPS] += 2 * (head_dim + v_dim) * q_per_kv * visible
+            results[op, R_FLOPS] += same * 2 * (head_dim + v_dim) * q_per_kv * visible
             vector_ops = (SOFTMAX_OPS * q_per_kv * visible
                           + dequant_ops * parts * head_dim * (tok1 - tok0))
-            results[op, R_VECTOR_OPS] += np.int64(vector_ops)
+            results[op, R_VECTOR_OPS] += same * np.int64(vector_ops)
             unit_rows = q_per_kv * (q1 - q0)
-            results[op, R_ACT_READ_BITS] += unit_rows * head_dim * act_bits
-            results[op, R_ACT_WRITTEN_BITS] += unit_rows * v_dim * out_bits
-            wave_on_chip += unit_rows * (head_dim * act_bits + v_dim * out_bits)
+            results[op, R_ACT_READ_BITS] += same * unit_rows * head_dim * act_bits
+            results[op, R_ACT_WRITTEN_BITS] += same * unit_rows * v_dim * out_bits
+            wave_on_chip += same * unit_rows * (head_dim * act_bits + v_dim * out_bits)
             if q_tiles > 1:
                 rows_charged = _padded_rows(unit_rows, op_int[op, C_M_GRAIN])
             unit_s = (2.0 * (head_dim + v_dim) * rows_charged * (tok1 - tok0) / core_peak
@@ -1154,7 +1296,10 @@ def walk_step(op_int, op_float, step, seed, n_cores, vector_rate, launch_s, host
                  times, wave_bits)
         launches = op_int[op, C_LAUNCHES]
         times[op, n_tiers + 3] += launch_s * launches
-        host_bound = host_launch_s * launches - times[op].sum()
+        op_s = 0.0
+        for col in range(times.shape[1]):
+            op_s += times[op, col]
+        host_bound = host_launch_s * launches - op_s
         if host_bound > 0.0:
             times[op, n_tiers + 3] += host_bound
     for row in range(1, 1 + arena[0, S_TENSORS]):

@@ -5,11 +5,11 @@ linked list over tile ids in preallocated arrays, nothing else) replaying the ve
 step looks up (:func:`tile_stream`), with the same byte capacity. The walker does that and every
 other thing a step needs (tiling, exact bits, counters, waves, times), so on a step where every
 tile goes through the LRU its time per tile event is compared with the replay's. A tensor the
-on-chip tier holds none of misses every tile: the walker counts it per work unit and sets the
-LRU's state run by run, so there it may beat the per-tile replay. Likewise a matmul unit's
+on-chip tier holds none of misses every tile: the walker sums a matmul wave's units in closed
+form (a streamed attention wave once per split index) and sets the LRU's state run by run, so
+there it beats the per-tile replay by far. Likewise a matmul unit's, or a KV stream's,
 consecutive hits on one held run of tiles are one relink in the walker (the state those single
-hits leave, tile for tile), so on the every-tile-a-hit case the ratio can fall below 1; a KV
-cache's blocks still go through the LRU one by one.
+hits leave, tile for tile), so on the every-tile-a-hit case the ratio falls below 1.
 
 The second floor, kept for comparison, is a bare loop that sums tile sizes (SIMD, no per-tile
 state): no exact walk can approach it, so it bounds nothing but the loop overhead.
