@@ -5,19 +5,17 @@ from __future__ import annotations
 
 from collections import Counter
 
-import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import memsim
-from memsim.emulate import Residency, run_step
 from memsim.formats import bytes_for
 from memsim.kernels import step as k
 from memsim.plan import plan_system
 from memsim.testing import examples, no_reuse
 from memsim.workload import Decode, Prefill
-from tests import reference
+from tests.test_walker_twin import check_stage_against_twin
 
 TINY = memsim.Model(name="tiny", display_name="tiny", layers=2, hidden=64, heads=4, kv_heads=2,
                     head_dim=16, ffn=96, vocab=200, tied_embeddings=False)
@@ -161,18 +159,7 @@ def prompt_runs(draw):
 def test_prompt_steps_equal_the_reference_twin(run):
     device, model, workload = run
     plan = plan_system(device, model, workload).stages[0]
-    residency = Residency(plan)
-    twin = reference.new_state(plan)
-    for step in range(workload.steps):
-        counts = run_step(plan, residency, step)
-        expected = reference.run_step(plan, twin, step)
-        np.testing.assert_array_equal(counts.read_bits, np.array(expected["read"]))
-        np.testing.assert_array_equal(counts.written_bits, np.array(expected["written"]))
-        for column, name in enumerate(reference.OP_COLUMNS):
-            np.testing.assert_array_equal(counts.results[:, column],
-                                          [o[name] for o in expected["ops"]], err_msg=name)
-        np.testing.assert_allclose(counts.times, np.array(expected["times"]), rtol=1e-12, atol=0)
-        assert residency.used_bits == sum(twin.lru.tiles.values())
+    check_stage_against_twin(plan, workload, None)
 
 
 # Properties --------------------------------------------------------------------------------
