@@ -1256,11 +1256,166 @@ def _runs_needed(op, kind, route, op_int, step, routes):
     return 2 * lookups
 
 
+# A step's layers repeat: once the on-chip state after a layer is the state after the layer
+# before with every layer tensor moved one layer on (the same runs, in the same order), each
+# following layer whose ops are the previous one's moved one layer on does exactly what that
+# layer did (the walk depends on tensor ids only through equality). Its counts are copied and
+# the state is moved on, instead of walking it tile by tile: the same figures, bit for bit.
+SNAPSHOT_RUNS = 4096    # a state of more runs is not compared (its layers are walked)
+
+
+@jit_inline
+def _starts_block(op, op_int):
+    """True when op ``op`` begins a block: a layer's ops for one microbatch (``C_TOKEN_BASE``)."""
+    return (op == 0 or op_int[op, C_LAYER] != op_int[op - 1, C_LAYER]
+            or op_int[op, C_TOKEN_BASE] != op_int[op - 1, C_TOKEN_BASE])
+
+
+@jit_inline
+def _next_layer(t, tensor_next, tensor_base):
+    """Tensor ``t`` moved one layer on: the same role in the next layer, ``t`` itself for a
+    tensor outside the layers (or outside this plan), -1 when the next layer has no such one."""
+    local = t - tensor_base
+    if local < 0 or local >= tensor_next.shape[0]:
+        return t
+    nxt = tensor_next[local]
+    return NIL if nxt < 0 else nxt + tensor_base
+
+
+@jit
+def _snapshot(a, snap):
+    """The LRU's runs, newest first, as ``(tensor, lo, hi, bits)`` rows of ``snap``: how many,
+    or -1 when more than ``snap`` holds."""
+    if a[0, S_RUNS] > snap.shape[0]:
+        return -1
+    n = 0
+    x = a[0, S_HEAD]
+    while x != NIL:
+        snap[n, 0] = a[x, N_TENSOR]
+        snap[n, 1] = a[x, N_LO]
+        snap[n, 2] = a[x, N_HI]
+        snap[n, 3] = a[x, N_BITS]
+        n += 1
+        x = a[x, N_OLDER]
+    return n
+
+
+@jit
+def _state_moved_on(a, snap, n_snap, tensor_next, tensor_base):
+    """True when the LRU holds the snapshot's runs with every tensor moved one layer on."""
+    if a[0, S_RUNS] != n_snap:
+        return False
+    x = a[0, S_HEAD]
+    for i in range(n_snap):
+        t = _next_layer(snap[i, 0], tensor_next, tensor_base)
+        if (t == NIL or a[x, N_TENSOR] != t or a[x, N_LO] != snap[i, 1]
+                or a[x, N_HI] != snap[i, 2] or a[x, N_BITS] != snap[i, 3]):
+            return False
+        x = a[x, N_OLDER]
+    return True
+
+
+@jit
+def _block_moved_on(p0, q0, length, op_int, op_float, tensor_next, tensor_base):
+    """True when ops [q0, q0 + length) are ops [p0, p0 + length) moved one layer on: the same
+    columns but the layer (one more) and the tensor (moved on), none routed or pinned."""
+    for i in range(length):
+        p = p0 + i
+        q = q0 + i
+        if op_int[q, C_ROUTE] >= 0 or op_int[q, C_PINNED] != 0:
+            return False
+        if op_int[q, C_LAYER] != op_int[p, C_LAYER] + 1:
+            return False
+        tp = op_int[p, C_TENSOR]
+        tq = op_int[q, C_TENSOR]
+        if (tq >= 0) if tp < 0 else _next_layer(tp, tensor_next, tensor_base) != tq:
+            return False
+        for c in range(op_int.shape[1]):
+            if c != C_LAYER and c != C_TENSOR and op_int[p, c] != op_int[q, c]:
+                return False
+        for c in range(op_float.shape[1]):
+            if op_float[p, c] != op_float[q, c]:
+                return False
+    return True
+
+
+@jit
+def _layers_movable(a, layers, tensor_next, tensor_base):
+    """How many layers on (at most ``layers``) every tensor the LRU holds can be moved."""
+    x = a[0, S_HEAD]
+    while x != NIL and layers > 0:
+        t = a[x, N_TENSOR]
+        for moved in range(layers):
+            t = _next_layer(t, tensor_next, tensor_base)
+            if t == NIL:
+                layers = moved
+                break
+        x = a[x, N_OLDER]
+    return layers
+
+
+@jit
+def _move_on(a, layers, tensor_next, tensor_base):
+    """Move every tensor the LRU holds ``layers`` layers on: its runs and its run list."""
+    moves = np.empty((a[0, S_RUNS], 4), dtype=np.int64)    # old tensor, new, first, last run
+    n = 0
+    x = a[0, S_HEAD]
+    while x != NIL:
+        old = a[x, N_TENSOR]
+        new = old
+        for _ in range(layers):
+            new = _next_layer(new, tensor_next, tensor_base)
+        if new != old:
+            a[x, N_TENSOR] = new
+            if a[x, N_PREV] == NIL:
+                moves[n, 0] = old
+                moves[n, 1] = new
+                moves[n, 2] = a[1 + old, T_FIRST]
+                moves[n, 3] = a[1 + old, T_LAST]
+                n += 1
+        x = a[x, N_OLDER]
+    for i in range(n):
+        a[1 + moves[i, 0], T_FIRST] = NIL
+        a[1 + moves[i, 0], T_LAST] = NIL
+    for i in range(n):
+        a[1 + moves[i, 1], T_FIRST] = moves[i, 2]
+        a[1 + moves[i, 1], T_LAST] = moves[i, 3]
+
+
+@jit
+def _repeat_layers(op, length, op_int, op_float, tensor_next, tensor_base, arena, read_bits,
+                   written_bits, results, times):
+    """After block [op - length, op) left the state its previous block's moved on, copy its
+    counts into each following block that repeats it, and move the state on as far: returns
+    the op after the last block copied (``op`` when none)."""
+    n_ops = op_int.shape[0]
+    layers = 0
+    q = op
+    while (q + length <= n_ops and (q + length == n_ops or _starts_block(q + length, op_int))
+           and _block_moved_on(q - length, q, length, op_int, op_float, tensor_next,
+                               tensor_base)):
+        layers += 1
+        q += length
+    layers = _layers_movable(arena, layers, tensor_next, tensor_base)
+    if layers == 0:
+        return op
+    for j in range(layers):
+        for i in range(length):
+            dst = op + j * length + i
+            src = op - length + i
+            read_bits[dst, :] = read_bits[src, :]
+            written_bits[dst, :] = written_bits[src, :]
+            results[dst, :] = results[src, :]
+            times[dst, :] = times[src, :]
+    _move_on(arena, layers, tensor_next, tensor_base)
+    return op + layers * length
+
+
 @jit
 def walk_step(op_int, op_float, step, seed, n_cores, vector_rate, launch_s, host_launch_s,
               tier_bandwidth, tier_latency_s, tier_granularity, link_bandwidth, link_latency_s,
-              collective_s, routes, arena, first_op, max_runs, read_bits, written_bits, results,
-              times):
+              collective_s, routes, arena, first_op, max_runs, tensor_next, tensor_base,
+              read_bits, written_bits, results, times):
     """Emulate decode step ``step`` (0-based) of the plan's ops from ``first_op`` on,
     accumulating into the outputs; returns the op it stopped before (the op count when done).
 
@@ -1268,6 +1423,8 @@ def walk_step(op_int, op_float, step, seed, n_cores, vector_rate, launch_s, host
     ``[op, tier..., link, compute, latency, launch]`` in seconds. ``routes`` is the step's MoE
     route table (tokens per expert, rows each chip sends; see ``memsim.routing``). The residency
     state (``arena``, see :func:`new_arena`) carries over from one call to the next.
+    ``tensor_next`` is, per tensor of the plan (ids from ``tensor_base``), the same role's
+    tensor in the next layer (see ``SNAPSHOT_RUNS``): the layers that repeat are copied.
 
     The walk stops before an op whose run nodes the arena's free list may not have, unless the
     arena has its full ``max_runs`` (a bound on the runs the LRU can ever hold, which then
@@ -1279,12 +1436,28 @@ def walk_step(op_int, op_float, step, seed, n_cores, vector_rate, launch_s, host
     host launches (``host_launch_s`` each, 0 when graphed): the launch column takes the rest.
     """
     n_tiers = tier_bandwidth.shape[0]
+    n_ops = op_int.shape[0]
     wave_bits = np.zeros(n_tiers, dtype=np.int64)
     node_rows = arena.shape[0] - 1 - arena[0, S_TENSORS]
-    for op in range(first_op, op_int.shape[0]):
+    snap = np.empty((min(SNAPSHOT_RUNS, max_runs), 4), dtype=np.int64)
+    n_snap = -1                 # runs in the snapshot of the state before the current block
+    block = first_op if _starts_block(first_op, op_int) else NIL   # the current block's start
+    op = first_op
+    while op < n_ops:
+        if op > first_op and _starts_block(op, op_int):
+            if block != NIL and op_int[block, C_LAYER] >= 0 and n_snap >= 0 and _state_moved_on(
+                    arena, snap, n_snap, tensor_next, tensor_base):
+                op = _repeat_layers(op, op - block, op_int, op_float, tensor_next,
+                                    tensor_base, arena, read_bits, written_bits, results,
+                                    times)
+                if op == n_ops:
+                    break
+            n_snap = _snapshot(arena, snap)
+            block = op
         kind = op_int[op, C_KIND]
         route = op_int[op, C_ROUTE]
         if kind == OP_MATMUL and route >= 0 and routes[route, op_int[op, C_ROUTE_COL]] == 0:
+            op += 1
             continue                    # an expert no token chose: no work, no launch
         live = arena[0, S_RUNS]
         if (node_rows < max_runs and node_rows - live
@@ -1302,9 +1475,10 @@ def walk_step(op_int, op_float, step, seed, n_cores, vector_rate, launch_s, host
         host_bound = host_launch_s * launches - op_s
         if host_bound > 0.0:
             times[op, n_tiers + 3] += host_bound
+        op += 1
     for row in range(1, 1 + arena[0, S_TENSORS]):
         arena[row, T_PINNED_LOADED] = arena[row, T_LOADED_NOW]
-    return op_int.shape[0]
+    return n_ops
 
 
 @jit

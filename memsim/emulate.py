@@ -86,7 +86,8 @@ def run_step(plan: Plan, residency: Residency, step: int,
                          dev.vector_ops_per_s, plan.launch_s, plan.host_launch_s,
                          plan.tier_bandwidth, plan.tier_latency_s, plan.tier_granularity,
                          plan.link_bandwidth, plan.link_latency_s, plan.collective_latency_s,
-                         routes, residency.arena, op, residency.max_runs, counts.read_bits,
+                         routes, residency.arena, op, residency.max_runs,
+                         plan.tensor_table.next_layer, plan.tensor_base, counts.read_bits,
                          counts.written_bits, counts.results, counts.times)
         if op == n_ops:
             return counts
@@ -136,7 +137,7 @@ def offset_tensors(plan: Plan, offset: int) -> Plan:
     op_int = plan.op_int.copy()
     has_tensor = op_int[:, k.C_TENSOR] >= 0
     op_int[has_tensor, k.C_TENSOR] += offset
-    return replace(plan, op_int=op_int)
+    return replace(plan, op_int=op_int, tensor_base=plan.tensor_base + offset)
 
 
 def host_time_per_step(stack: Runtime) -> float:

@@ -124,6 +124,7 @@ class Plan:
     lru_capacity_bits: int
     max_lru_entries: int              # tiles the on-chip LRU can hold at once, at most
     spilled: tuple[str, ...] = ()     # what the tiered policy moved to the spill tier, as text
+    tensor_base: int = 0              # C_TENSOR of tensor_table's first row (a shared arena's)
 
     @property
     def n_ops(self) -> int:
@@ -483,6 +484,22 @@ class TensorTable:
             width = self.block_start[row, items[0] + 1] - start[0]
             parts.append(start[:, None] + np.arange(width))
         return np.concatenate(parts, axis=1)
+
+    @functools.cached_property
+    def next_layer(self) -> np.ndarray:
+        """[tensor] the id of the same spec's tensor (the same microbatch's, for a cache) in the
+        next layer, -1 when there is none; a tensor outside the layers is its own."""
+        n = len(self.spec)
+        row = np.searchsorted(self.block_start[:, 0], np.arange(n), side="right")
+        order = np.lexsort((self.layer, row, self.spec))
+        nxt = np.full(n, -1, dtype=np.int64)
+        a, b = order[:-1], order[1:]
+        follows = ((self.spec[a] == self.spec[b]) & (row[a] == row[b])
+                   & (self.layer[b] == self.layer[a] + 1))
+        nxt[a[follows]] = b[follows]
+        outside = self.layer < 0
+        nxt[outside] = np.flatnonzero(outside)
+        return nxt
 
     def name(self, i: int) -> str:
         """Tensor ``i``'s name."""
