@@ -4,7 +4,11 @@ whatever the format (issue 16 item 3), since every format has the same tiles.
     python benchmarks/bench_formats.py                        # B200, Llama 3 70B, batch 1, 4K
     python benchmarks/bench_formats.py --model llama-3.2-1b --repeats 60
 
-A B200 holds Llama 3 70B in bf16 on one chip, so every format has the same ops and tiles. The
+A B200 holds Llama 3 70B in bf16 on one chip, so every format has the same ops and tiles.
+A layer whose ops and on-chip state repeat the layer before's is copied, not walked: a smaller
+format keeps more layers in the on-chip tier, so the state takes more layers to settle and more
+are walked (Llama 3.2 1B on a B200's 126 MB L2). ``--walk-every-layer`` walks them all: the
+per-tile cost alone. The
 walk is ``memsim.emulate.run_step`` over the point's steps from a fresh on-chip tier; the on-chip
 tier's allocation (``Residency``, at most 4 MiB at the start) is timed apart. Formats
 are interleaved pass after pass and the best pass is kept, so a busy neighbour weighs alike on
@@ -30,6 +34,8 @@ def main() -> None:
     parser.add_argument("--device", default="b200")
     parser.add_argument("--model", default="llama-3-70b")
     parser.add_argument("--repeats", type=int, default=30)
+    parser.add_argument("--walk-every-layer", action="store_true",
+                        help="walk every layer tile by tile (no layer is copied)")
     args = parser.parse_args()
     plans = {name: plan_system(device(args.device), model(args.model),
                                Decode(batch=1, context=4096, weights=name)).stages[0]
@@ -42,12 +48,13 @@ def main() -> None:
             residency = Residency(plan)
             allocated = time.perf_counter()
             for step in range(plan.workload.steps):
-                run_step(plan, residency, step)
+                run_step(plan, residency, step, copy_layers=not args.walk_every_layer)
             done = time.perf_counter()
             arena_s[name] = min(arena_s[name], allocated - start)
             walk_s[name] = min(walk_s[name], done - allocated)
+    how = "every layer walked" if args.walk_every_layer else "repeating layers copied"
     print(f"{args.device} {args.model}, batch 1, context 4096, {plans['bf16'].workload.steps} "
-          f"steps: best of {args.repeats} (ms)")
+          f"steps, {how}: best of {args.repeats} (ms)")
     for name in FORMATS:
         print(f"  {name:14s} walk {walk_s[name] * 1e3:7.3f}  ({walk_s[name] / walk_s['bf16']:4.2f}"
               f" x bf16)   on-chip tier allocation {arena_s[name] * 1e3:6.3f}")

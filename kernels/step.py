@@ -118,12 +118,12 @@ R_ACT_WRITTEN_BITS = 7
 R_LINK_BITS = 8     # bits this chip sent over the chip-to-chip link
 N_RESULT_COLS = 9
 
-# The residency state lives in one int64 "arena" of rows of eight columns, so that the per-tile
+# The residency state lives in one int64 "arena" of rows of ten columns, so that the per-tile
 # helpers take a single array (every array argument of a call costs reference counting):
 #   row 0                     the LRU's scalars (S_* columns);
 #   rows 1 .. n_tensors       per tensor: its first and last run, and the pinned flags (T_*);
 #   the rows after those      run nodes (N_* columns); a node's id is its row.
-ARENA_COLS = 8
+ARENA_COLS = 10
 S_HEAD = 0          # most recently used run
 S_TAIL = 1          # least recently used run
 S_USED_BITS = 2
@@ -138,8 +138,10 @@ T_LAST = 1
 T_PINNED_LOADED = 2  # 1 once a pinned tensor is on chip (after the step that loaded it)
 T_LOADED_NOW = 3     # 1 when the current step touched the pinned tensor
 
-# Columns of a run node: tiles [lo, hi) of one tensor, all of the same size, whose recency
-# rises with the index; runs are linked by recency and, per tensor, in index order.
+# Columns of a run node: tiles [lo, hi) of one tensor whose recency rises with the index, all
+# of one size but, in a run of whole weight columns, the first tile of each column (the index a
+# multiple of N_PERIOD, the tiles of a column), which carries the column's per-channel scales;
+# runs are linked by recency and, per tensor, in index order.
 N_TENSOR = 0
 N_LO = 1
 N_HI = 2
@@ -148,6 +150,8 @@ N_NEWER = 4
 N_OLDER = 5
 N_PREV = 6          # previous run of the same tensor, by index
 N_NEXT = 7          # next run of the same tensor, by index
+N_PERIOD = 8        # 0: every tile has N_BITS; else a tile whose index is a multiple of it ...
+N_HEAD_BITS = 9     # ... has these bits
 
 NIL = -1
 PARTIAL_SUM_BITS = 32   # split-K and split-context partial results are FP32
@@ -163,7 +167,7 @@ def new_arena(n_tensors: int, max_tiles: int, capacity_bits: int) -> np.ndarray:
     arena = np.zeros((first_node + max_tiles + 2, ARENA_COLS), dtype=np.int64)
     arena[1:first_node, T_FIRST] = NIL
     arena[1:first_node, T_LAST] = NIL
-    arena[0, :] = (NIL, NIL, 0, capacity_bits, first_node, NIL, 0, n_tensors)
+    arena[0, :S_TENSORS + 1] = (NIL, NIL, 0, capacity_bits, first_node, NIL, 0, n_tensors)
     return arena
 
 
@@ -222,7 +226,23 @@ def _unlink(x, a):
 
 
 @jit_inline
-def _new_run(tensor, lo, hi, bits, a):
+def _span_bits(lo, hi, bits, head_bits, period):
+    """Bits of tiles [lo, hi) of a run of ``bits`` per tile, ``head_bits`` for the tiles whose
+    index is a multiple of ``period`` (none when it is 0)."""
+    if period == 0 or hi <= lo:
+        return (hi - lo) * bits
+    heads = (hi - 1) // period - (lo - 1) // period
+    return (hi - lo) * bits + heads * (head_bits - bits)
+
+
+@jit_inline
+def _run_bits(x, lo, hi, a):
+    """Bits of tiles [lo, hi) of run ``x``."""
+    return _span_bits(lo, hi, a[x, N_BITS], a[x, N_HEAD_BITS], a[x, N_PERIOD])
+
+
+@jit_inline
+def _new_run(tensor, lo, hi, bits, head_bits, period, a):
     x = a[0, S_FREE]
     nxt = a[x, N_NEXT]
     a[0, S_FREE] = x + 1 if nxt == 0 else nxt
@@ -230,6 +250,8 @@ def _new_run(tensor, lo, hi, bits, a):
     a[x, N_LO] = lo
     a[x, N_HI] = hi
     a[x, N_BITS] = bits
+    a[x, N_HEAD_BITS] = head_bits
+    a[x, N_PERIOD] = period
     a[0, S_RUNS] += 1
     return x
 
@@ -256,21 +278,28 @@ def _link_tensor_before(x, before, tensor, a):
 def _make_newest(tensor, t, bits, a):
     """Put tile ``t`` at the most recently used end, extending the newest run when it continues it."""
     a[0, S_USED_BITS] += bits
-    _newest_run(tensor, t, t + 1, bits, a)
+    _newest_run(tensor, t, t + 1, bits, bits, 0, a)
 
 
 @jit_inline
-def _newest_run(tensor, lo, hi, bits, a):
-    """Put tiles [lo, hi) of ``bits`` each (held nowhere else) at the most recently used end, in
-    rising order, extending the newest run when they continue it; the cursor moves to their run.
-    The caller counts their bits."""
+def _continues(head, tensor, lo, bits, head_bits, period, a):
+    """True when tiles from ``lo`` sized so extend run ``head`` (NIL: no run)."""
+    return (head != NIL and a[head, N_TENSOR] == tensor and a[head, N_HI] == lo
+            and a[head, N_BITS] == bits and a[head, N_HEAD_BITS] == head_bits
+            and a[head, N_PERIOD] == period)
+
+
+@jit_inline
+def _newest_run(tensor, lo, hi, bits, head_bits, period, a):
+    """Put tiles [lo, hi) sized as a run of ``bits``, ``head_bits`` and ``period`` says (held
+    nowhere else) at the most recently used end, in rising order, extending the newest run when
+    they continue it; the cursor moves to their run. The caller counts their bits."""
     head = a[0, S_HEAD]
-    if (head != NIL and a[head, N_TENSOR] == tensor and a[head, N_HI] == lo
-            and a[head, N_BITS] == bits):
+    if _continues(head, tensor, lo, bits, head_bits, period, a):
         a[head, N_HI] = hi
         a[0, S_CURSOR] = head
         return
-    x = _new_run(tensor, lo, hi, bits, a)
+    x = _new_run(tensor, lo, hi, bits, head_bits, period, a)
     a[x, N_NEWER] = NIL
     a[x, N_OLDER] = head
     if head == NIL:
@@ -289,8 +318,9 @@ def _newest_run(tensor, lo, hi, bits, a):
 def _evict_oldest(a):
     """Drop the least recently used tile: the first tile of the oldest run."""
     x = a[0, S_TAIL]
-    a[x, N_LO] += 1
-    a[0, S_USED_BITS] -= a[x, N_BITS]
+    lo = a[x, N_LO]
+    a[0, S_USED_BITS] -= _run_bits(x, lo, lo + 1, a)
+    a[x, N_LO] = lo + 1
     if a[x, N_LO] == a[x, N_HI]:
         _unlink(x, a)
 
@@ -316,6 +346,8 @@ def _touch_run(tensor, c, lo, hi, a):
     c_lo = a[c, N_LO]
     c_hi = a[c, N_HI]
     bits = a[c, N_BITS]
+    head_bits = a[c, N_HEAD_BITS]
+    period = a[c, N_PERIOD]
     if lo == c_lo:
         if hi == c_hi:
             _unlink(c, a)
@@ -324,7 +356,7 @@ def _touch_run(tensor, c, lo, hi, a):
     elif hi == c_hi:
         a[c, N_HI] = lo
     else:       # the tiles above the range stay, just newer than the tiles below it
-        r = _new_run(tensor, hi, c_hi, bits, a)
+        r = _new_run(tensor, hi, c_hi, bits, head_bits, period, a)
         a[c, N_HI] = lo
         newer = a[c, N_NEWER]
         a[r, N_OLDER] = c
@@ -335,7 +367,7 @@ def _touch_run(tensor, c, lo, hi, a):
         else:
             a[newer, N_OLDER] = r
         _link_tensor_before(r, a[c, N_NEXT], tensor, a)
-    _newest_run(tensor, lo, hi, bits, a)
+    _newest_run(tensor, lo, hi, bits, head_bits, period, a)
 
 
 @jit_inline
@@ -370,7 +402,7 @@ def _flush(a):
     """Empty the LRU, run by run."""
     while a[0, S_TAIL] != NIL:
         x = a[0, S_TAIL]
-        a[0, S_USED_BITS] -= (a[x, N_HI] - a[x, N_LO]) * a[x, N_BITS]
+        a[0, S_USED_BITS] -= _run_bits(x, a[x, N_LO], a[x, N_HI], a)
         _unlink(x, a)
 
 
@@ -379,15 +411,34 @@ def _evict_for(need, a):
     """Evict the least recently used tiles until ``need`` more bits fit."""
     while a[0, S_USED_BITS] + need > a[0, S_CAPACITY_BITS]:
         x = a[0, S_TAIL]
-        bits = a[x, N_BITS]
         excess = a[0, S_USED_BITS] + need - a[0, S_CAPACITY_BITS]
-        drop = a[x, N_HI] - a[x, N_LO]          # tiles of zero bits (no group starts) all go
-        if bits > 0:
-            drop = min(drop, (excess + bits - 1) // bits)
-        a[x, N_LO] += drop
-        a[0, S_USED_BITS] -= drop * bits
+        lo = a[x, N_LO]
+        drop = _tiles_to_free(x, excess, a)
+        a[0, S_USED_BITS] -= _run_bits(x, lo, lo + drop, a)
+        a[x, N_LO] = lo + drop
         if a[x, N_LO] == a[x, N_HI]:
             _unlink(x, a)
+
+
+@jit_inline
+def _tiles_to_free(x, excess, a):
+    """How many of run ``x``'s oldest tiles evicting one by one frees ``excess`` bits: the
+    fewest whose bits reach it, or all of them (tiles of zero bits, no group starts, all go)."""
+    lo = a[x, N_LO]
+    hi = a[x, N_HI]
+    bits = a[x, N_BITS]
+    period = a[x, N_PERIOD]
+    if period == 0:
+        return hi - lo if bits == 0 else min(hi - lo, (excess + bits - 1) // bits)
+    if _run_bits(x, lo, hi, a) < excess:
+        return hi - lo
+    whole = (excess - 1) // _span_bits(0, period, bits, a[x, N_HEAD_BITS], period)
+    t = lo + whole * period             # whole columns free less than the excess
+    freed = _run_bits(x, lo, t, a)
+    while freed < excess:
+        freed += _run_bits(x, t, t + 1, a)
+        t += 1
+    return t - lo
 
 
 @jit_inline
@@ -526,16 +577,15 @@ def _matmul_tile_bits(t, k, n, tk, tn, k_tiles, aligned, full_bits, elem_bits, g
 
 
 @jit_inline
-def _append_run(tensor, lo, hi, bits, a):
-    """Make tiles [lo, hi) of ``tensor`` the most recent, as one run (the tensor holds no tile
-    at or above ``lo``)."""
-    a[0, S_USED_BITS] += (hi - lo) * bits
+def _append_run(tensor, lo, hi, bits, head_bits, period, a):
+    """Make tiles [lo, hi) of ``tensor``, sized as a run of ``bits``, ``head_bits`` and
+    ``period`` says, the most recent, as one run (the tensor holds no tile at or above ``lo``)."""
+    a[0, S_USED_BITS] += _span_bits(lo, hi, bits, head_bits, period)
     head = a[0, S_HEAD]
-    if (head != NIL and a[head, N_TENSOR] == tensor and a[head, N_HI] == lo
-            and a[head, N_BITS] == bits):
+    if _continues(head, tensor, lo, bits, head_bits, period, a):
         a[head, N_HI] = hi
         return
-    x = _new_run(tensor, lo, hi, bits, a)
+    x = _new_run(tensor, lo, hi, bits, head_bits, period, a)
     a[x, N_NEWER] = NIL
     a[x, N_OLDER] = head
     if head == NIL:
@@ -614,13 +664,14 @@ def _fill_streamed(tensor, n_tiles, total_bits, k, n, tk, tn, k_tiles, aligned, 
     n_cols = (n + tn - 1) // tn
     row_bits = _segment_row_bits(k, tk, elem_bits, group, meta_bits, padded)
     # Columns 1 .. n_cols - 2 are alike (full width, no tensor metadata): whole ones are kept,
-    # and appended, at once.
+    # and appended, at once: as one run when the tiles after a column's first are alike.
     full = k // tk
     mid_tiles = max(0, full - 1)
     last_tiles = k_tiles - max(1, full)
     col_bits = (row_bits[0] + mid_tiles * row_bits[1] + last_tiles * row_bits[2]) * tn
-    one_run = ((mid_tiles == 0 or row_bits[1] == row_bits[0])
-               and (last_tiles == 0 or row_bits[2] == row_bits[0]))
+    body_bits = row_bits[1] if mid_tiles > 0 else row_bits[2]
+    columns = mid_tiles == 0 or last_tiles == 0 or row_bits[2] == row_bits[1]
+    one_size = columns and (mid_tiles + last_tiles == 0 or body_bits == row_bits[0])
     if total_bits > cap:
         kept = 0
         start = n_tiles
@@ -646,8 +697,11 @@ def _fill_streamed(tensor, n_tiles, total_bits, k, n, tk, tn, k_tiles, aligned, 
             nt -= 1
     nt = start // k_tiles
     while nt < n_cols:
-        if one_run and 0 < nt < n_cols - 1 and start <= nt * k_tiles:
-            _append_run(tensor, nt * k_tiles, (n_cols - 1) * k_tiles, row_bits[0] * tn, a)
+        if columns and 0 < nt < n_cols - 1 and start <= nt * k_tiles:
+            head_bits = row_bits[0] * tn
+            _append_run(tensor, nt * k_tiles, (n_cols - 1) * k_tiles,
+                        head_bits if one_size else body_bits * tn, head_bits,
+                        0 if one_size else k_tiles, a)
             nt = n_cols - 1
             continue
         for part in range(3):
@@ -655,7 +709,7 @@ def _fill_streamed(tensor, n_tiles, total_bits, k, n, tk, tn, k_tiles, aligned, 
                                            tensor_meta_bits)
             lo = max(lo, start)
             if lo < hi:
-                _append_run(tensor, lo, hi, bits, a)
+                _append_run(tensor, lo, hi, bits, bits, 0, a)
         nt += 1
 
 
@@ -697,7 +751,8 @@ def _fill_streamed_kv(tensor, streams, parts, blocks, max_blocks, split_at, bits
             lo = max(start, base + (0 if part == 0 else parts * low))
             hi = base + (parts * low if part == 0 else parts * blocks)
             if lo < hi:
-                _append_run(tensor, lo, hi, bits_lo if part == 0 else bits_hi, a)
+                bits = bits_lo if part == 0 else bits_hi
+                _append_run(tensor, lo, hi, bits, bits, 0, a)
 
 
 @jit_inline
@@ -899,7 +954,7 @@ def _matmul(op, m, op_int, op_float, n_cores, vector_rate, tier_bandwidth, tier_
                     bits = _tile_bits(k0, covered, nn, elem_bits, group, meta_bits, padded)
                     if t == 0:
                         bits += tensor_meta_bits
-                    if bits != (end - t) * arena[c, N_BITS]:    # sized otherwise: one tile
+                    if bits != _run_bits(c, t, end, arena):     # sized otherwise: one tile
                         end = t + 1
                         bits = _matmul_tile_bits(t, k, n, tk, tn, k_tiles, aligned, full_bits,
                                                  elem_bits, group, meta_bits, padded,
@@ -1041,7 +1096,7 @@ def _attention(op, op_int, op_float, step, n_cores, vector_rate, tier_bandwidth,
                     held = c != NIL
                     if held:
                         # hits on the held run's tiles in a row (up to the split): one relink
-                        if arena[c, N_BITS] == block_bits:
+                        if arena[c, N_BITS] == block_bits and arena[c, N_PERIOD] == 0:
                             end = min(arena[c, N_HI], same_home_end)
                         _touch_run(tensor, c, t, end, arena)
                     else:
@@ -1284,8 +1339,8 @@ def _next_layer(t, tensor_next, tensor_base):
 
 @jit
 def _snapshot(a, snap):
-    """The LRU's runs, newest first, as ``(tensor, lo, hi, bits)`` rows of ``snap``: how many,
-    or -1 when more than ``snap`` holds."""
+    """The LRU's runs, newest first, as ``(tensor, lo, hi, bits, head bits, period)`` rows of
+    ``snap``: how many, or -1 when more than ``snap`` holds."""
     if a[0, S_RUNS] > snap.shape[0]:
         return -1
     n = 0
@@ -1295,6 +1350,8 @@ def _snapshot(a, snap):
         snap[n, 1] = a[x, N_LO]
         snap[n, 2] = a[x, N_HI]
         snap[n, 3] = a[x, N_BITS]
+        snap[n, 4] = a[x, N_HEAD_BITS]
+        snap[n, 5] = a[x, N_PERIOD]
         n += 1
         x = a[x, N_OLDER]
     return n
@@ -1309,7 +1366,8 @@ def _state_moved_on(a, snap, n_snap, tensor_next, tensor_base):
     for i in range(n_snap):
         t = _next_layer(snap[i, 0], tensor_next, tensor_base)
         if (t == NIL or a[x, N_TENSOR] != t or a[x, N_LO] != snap[i, 1]
-                or a[x, N_HI] != snap[i, 2] or a[x, N_BITS] != snap[i, 3]):
+                or a[x, N_HI] != snap[i, 2] or a[x, N_BITS] != snap[i, 3]
+                or a[x, N_HEAD_BITS] != snap[i, 4] or a[x, N_PERIOD] != snap[i, 5]):
             return False
         x = a[x, N_OLDER]
     return True
@@ -1439,7 +1497,7 @@ def walk_step(op_int, op_float, step, seed, n_cores, vector_rate, launch_s, host
     n_ops = op_int.shape[0]
     wave_bits = np.zeros(n_tiers, dtype=np.int64)
     node_rows = arena.shape[0] - 1 - arena[0, S_TENSORS]
-    snap = np.empty((min(SNAPSHOT_RUNS, max_runs), 4), dtype=np.int64)
+    snap = np.empty((min(SNAPSHOT_RUNS, max_runs), 6), dtype=np.int64)
     n_snap = -1                 # runs in the snapshot of the state before the current block
     block = first_op if _starts_block(first_op, op_int) else NIL   # the current block's start
     op = first_op

@@ -68,9 +68,11 @@ NO_ROUTES = np.zeros((1, 1), dtype=np.int64)
 
 
 def run_step(plan: Plan, residency: Residency, step: int,
-             routes: np.ndarray = NO_ROUTES) -> StepCounts:
+             routes: np.ndarray = NO_ROUTES, *, copy_layers: bool = True) -> StepCounts:
     """Emulate decode step ``step`` of the plan, updating ``residency``; ``routes`` is the
-    step's MoE route table (:meth:`memsim.routing.Router.tally`)."""
+    step's MoE route table (:meth:`memsim.routing.Router.tally`). A layer that repeats the one
+    before, on-chip state included, is copied (the same counts); ``copy_layers=False`` walks
+    every layer tile by tile."""
     n_ops, n_tiers = plan.n_ops, len(plan.tier_names)
     counts = StepCounts(
         step=step,
@@ -80,6 +82,8 @@ def run_step(plan: Plan, residency: Residency, step: int,
         times=np.zeros((n_ops, n_tiers + 4), dtype=np.float64),
     )
     dev = plan.device
+    next_layer = (plan.tensor_table.next_layer if copy_layers
+                  else np.full(plan.n_tensors, -1, dtype=np.int64))
     op = 0
     while True:     # the walk stops early when the arena may run short of run nodes
         op = k.walk_step(plan.op_int, plan.op_float, step, plan.workload.seed, dev.cores,
@@ -87,7 +91,7 @@ def run_step(plan: Plan, residency: Residency, step: int,
                          plan.tier_bandwidth, plan.tier_latency_s, plan.tier_granularity,
                          plan.link_bandwidth, plan.link_latency_s, plan.collective_latency_s,
                          routes, residency.arena, op, residency.max_runs,
-                         plan.tensor_table.next_layer, plan.tensor_base, counts.read_bits,
+                         next_layer, plan.tensor_base, counts.read_bits,
                          counts.written_bits, counts.results, counts.times)
         if op == n_ops:
             return counts

@@ -16,14 +16,12 @@ from tests import reference
 from tests.test_walk_fast import _held_tiles
 
 
-def _walk(plan, steps: int, next_layer: np.ndarray):
-    """Every step's counts and the LRU's tiles after each, walking with ``next_layer``."""
-    table = plan.tensor_table
-    table.__dict__["next_layer"] = next_layer          # the cached map, replaced
+def _walk(plan, steps: int, copy_layers: bool):
+    """Every step's counts and the LRU's tiles after each."""
     residency = Residency(plan)
     out = []
     for step in range(steps):
-        counts = run_step(plan, residency, step, NO_ROUTES)
+        counts = run_step(plan, residency, step, NO_ROUTES, copy_layers=copy_layers)
         out.append((counts, _held_tiles(residency.arena)))
     return out
 
@@ -52,8 +50,8 @@ def test_copied_layers_equal_walked_layers(layers, hidden, ffn, on_chip, cores, 
                              steps=steps, tile_k=tile[0], tile_n=tile[1], kv_block=4,
                              residency=residency, tp=tp)
     plan = plan_system(device, _tiny(layers, hidden, ffn), workload).stages[0]
-    copied = _walk(plan, steps, plan.tensor_table.next_layer)
-    walked = _walk(plan, steps, np.full(plan.n_tensors, -1, dtype=np.int64))
+    copied = _walk(plan, steps, copy_layers=True)
+    walked = _walk(plan, steps, copy_layers=False)
     for (c, c_tiles), (w, w_tiles) in zip(copied, walked):
         for name in ("read_bits", "written_bits", "results", "times"):
             np.testing.assert_array_equal(getattr(c, name), getattr(w, name), err_msg=name)

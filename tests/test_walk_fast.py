@@ -21,8 +21,9 @@ def _held_tiles(arena: np.ndarray) -> list[tuple[tuple[int, int], int]]:
     run = arena[0, walker.S_TAIL]
     while run != walker.NIL:
         tensor, bits = int(arena[run, walker.N_TENSOR]), int(arena[run, walker.N_BITS])
-        tiles += [((tensor, t), bits) for t in range(arena[run, walker.N_LO],
-                                                      arena[run, walker.N_HI])]
+        head_bits, period = int(arena[run, walker.N_HEAD_BITS]), int(arena[run, walker.N_PERIOD])
+        tiles += [((tensor, t), head_bits if period and t % period == 0 else bits)
+                  for t in range(arena[run, walker.N_LO], arena[run, walker.N_HI])]
         run = arena[run, walker.N_NEWER]
     return tiles
 
@@ -41,6 +42,8 @@ CASES = [
     (2500, 5, "int4-g128", {}, 160, 96, 32, 16, 30),    # groups span tiles: per-tile fill
     (6000, 3, "bf16", {}, 96, 400, 16, 8, 20),          # the tail kept is whole columns
     (6000, 3, "int8", {}, 100, 400, 16, 8, 20),         # ... of two runs each, ragged K
+    (9000, 3, "int8", {}, 96, 400, 16, 8, 20),          # ... as one run of whole columns,
+    (40000, 2, "int8", {}, 96, 400, 16, 8, 20),         # trimmed and hit by the next step
     (1 << 22, 3, "bf16", {}, 64, 96, 16, 8, 50),        # everything held: runs of hits
 ]
 

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 import memsim
 from memsim.emulate import NO_ROUTES, Residency, SystemRun, run_step
+from memsim.kernels import step as walker
 from memsim.plan import make_plan, plan_system
 from memsim.testing import examples
 from tests import reference
@@ -133,5 +134,5 @@ def test_lru_is_bounded_by_the_on_chip_tier_not_the_model():
         kv_block_bits = 16 * 128 * 16
         assert plan.max_lru_entries <= math.ceil(8 * small.tiers[0].capacity / kv_block_bits) + 1
         rows = 1 + len(plan.tensors) + plan.max_lru_entries + 2
-        assert Residency(plan).arena.nbytes <= 8 * 8 * rows      # grows on demand up to this
+        assert Residency(plan).arena.nbytes <= 8 * walker.ARENA_COLS * rows   # grows up to this
         assert plan.max_lru_entries * tile_bits < 1e3 * 8 * small.tiers[0].capacity
