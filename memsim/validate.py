@@ -231,6 +231,8 @@ def _check_row(row: dict[str, Any], i: int, file: str) -> None:
         require_int(row.get("prompt"), file=file, field=prefix + "prompt")
     if row.get("serving"):
         _check_serving(row, prefix, file)
+    elif "input_tokens" in row or "output_tokens" in row:
+        _check_static_batch(row, prefix, file)
     if row["metric"] == "speedup":
         require_str(row.get("method"), file=file, field=prefix + "method", choices=SPEC_METHODS)
         require_int(row.get("gamma"), file=file, field=prefix + "gamma")
@@ -240,6 +242,13 @@ def _check_row(row: dict[str, Any], i: int, file: str) -> None:
                               file=file, field=prefix + "accepted_tokens")
         if row["method"] == "draft":
             require_str(row.get("draft"), file=file, field=prefix + "draft")
+
+
+def _check_static_batch(row: dict[str, Any], prefix: str, file: str) -> None:
+    """A static batch timed end to end: its prompt and output lengths, both given."""
+    require_int(row.get("input_tokens"), file=file, field=prefix + "input_tokens")
+    require_int(row.get("output_tokens"), file=file, field=prefix + "output_tokens")
+    require_str(row["metric"], file=file, field=prefix + "metric", choices=DECODE_METRICS)
 
 
 def _check_serving(row: dict[str, Any], prefix: str, file: str) -> None:
@@ -346,23 +355,36 @@ def predict(row: dict[str, Any], folder: Path) -> Row:
             return _predict_speedup(row, dev, mod, folder)
         if row.get("serving"):
             return _predict_serving(row, dev, mod)
+        prefill_s = 0.0
         if row["metric"] == "ttft_ms":
             fields = {k: v for k, v in _decode_fields(row).items() if k != "context"}
             report = emulate(dev, mod, Prefill(prompt=row["prompt"], **fields))
         else:
             report = emulate(dev, mod, decode_from(_decode_fields(row)))
+            if "output_tokens" in row:
+                prefill_s = _static_prefill_s(row, dev, mod)
     except ConfigError as exc:
         return Row(row, None, None, "", str(exc))
-    value = {"tokens_per_s_per_user": report.tokens_per_s,
-             "ms_per_token": 1e3 * report.time_per_token,
-             "tokens_per_s_total": report.tokens_per_s_total,
-             "ttft_ms": 1e3 * report.time_per_step}[row["metric"]]
+    if prefill_s:       # a static batch's output tokens over its prefill and decode steps
+        value = _in_metric(row, report.time_per_token + prefill_s / row["output_tokens"])
+    else:
+        value = {"tokens_per_s_per_user": report.tokens_per_s,
+                 "ms_per_token": 1e3 * report.time_per_token,
+                 "tokens_per_s_total": report.tokens_per_s_total,
+                 "ttft_ms": 1e3 * report.time_per_step}[row["metric"]]
     main = dev.main_memory
     chip_bytes = sum(report.chip(s)["bytes_read"][main.name] + report.chip(s)["bytes_written"][
         main.name] for s in range(report.pp))
     roofline_s = chip_bytes / main.bandwidth           # one chip per stage, stages in turn
     return Row(row, value, _speed_ratio(row, value) - 1, report.bottleneck, "",
                _speed_ratio(row, _in_metric(row, roofline_s)) - 1)
+
+
+def _static_prefill_s(row: dict[str, Any], dev: Device, mod: Model) -> float:
+    """Seconds to prefill a static batch's prompts (``input_tokens`` each, every sequence of
+    the batch in one prompt step), which the row's end-to-end figure includes."""
+    fields = {k: v for k, v in _decode_fields(row).items() if k != "context"}
+    return emulate(dev, mod, Prefill(prompt=row["input_tokens"], **fields)).time_per_step
 
 
 def _in_metric(row: dict[str, Any], step_s: float) -> float:

@@ -237,3 +237,27 @@ def test_a_serving_row_with_a_decode_only_metric_is_refused(tmp_path):
     with pytest.raises(memsim.ConfigError) as error:
         load_measurements(folder)
     assert error.value.field.endswith("metric")
+
+
+def test_a_static_batch_row_counts_its_prompts_prefill(tmp_path):
+    """input_tokens/output_tokens on a decode row: output tokens over one prefill of every prompt
+    plus output_tokens decode steps, in each decode metric; a half-stated shape is refused."""
+    folder = folder_with(tmp_path, [dict(id=metric, device="my-gpu", model="my-model", batch=4,
+                                         metric=metric, value=10.0)
+                                    for metric in ("tokens_per_s_total", "ms_per_token")])
+    text = (folder / "measurements.toml").read_text().replace(
+        "context = 512\n", "context = 512\ninput_tokens = 256\noutput_tokens = 64\n")
+    (folder / "measurements.toml").write_text(text)
+    rows, _ = validate(folder)
+    by_id = {r.id: r for r in rows}
+    dev, mod = resolve_device("my-gpu", folder), resolve_model("my-model", folder)
+    decode = memsim.emulate(dev, mod, batch=4, context=512, runtime="vllm")
+    prefill = memsim.emulate(dev, mod, memsim.Prefill(prompt=256, batch=4, runtime="vllm"))
+    wall_s = prefill.time_per_step + 64 * decode.time_per_token
+    assert by_id["tokens_per_s_total"].predicted == pytest.approx(4 * 64 / wall_s)
+    assert by_id["ms_per_token"].predicted == pytest.approx(1e3 * wall_s / 64)
+    assert by_id["ms_per_token"].predicted > 1e3 * decode.time_per_token
+    (folder / "measurements.toml").write_text(text.replace("output_tokens = 64\n", ""))
+    with pytest.raises(memsim.ConfigError) as error:
+        load_measurements(folder)
+    assert error.value.field.endswith("output_tokens")
