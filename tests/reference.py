@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from memsim.kernels import step as k
 from memsim.plan import Plan
 
@@ -330,3 +332,14 @@ def run_step(plan: Plan, state: ReferenceState, step: int, routes=None) -> dict:
             out["times"][op][n_tiers + 3] += host_bound
     state.pinned_loaded = loaded_now
     return out
+
+
+def assert_counts_equal(counts, expected: dict) -> None:
+    """A kernel step's counts (``memsim.emulate.StepCounts``) are the twin's ``run_step``
+    result: bits per tier, every op column and the times."""
+    np.testing.assert_array_equal(counts.read_bits, np.array(expected["read"]))
+    np.testing.assert_array_equal(counts.written_bits, np.array(expected["written"]))
+    for column, name in enumerate(OP_COLUMNS):
+        np.testing.assert_array_equal(counts.results[:, column],
+                                      [o[name] for o in expected["ops"]], err_msg=name)
+    np.testing.assert_allclose(counts.times, np.array(expected["times"]), rtol=1e-12, atol=0)

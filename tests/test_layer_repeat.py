@@ -12,8 +12,7 @@ import memsim
 from memsim.emulate import NO_ROUTES, Residency, run_step
 from memsim.plan import plan_system
 from memsim.testing import examples
-from tests import reference
-from tests.test_walk_fast import _held_tiles
+from tests.test_walk_fast import _held_tiles, check_against_twin
 
 
 def _walk(plan, steps: int, copy_layers: bool):
@@ -64,20 +63,8 @@ def test_copied_layers_equal_the_per_tile_twin():
                                                       "tiers.sram.capacity": "3000 B"})
     workload = memsim.Decode(batch=2, context=40, weights="int8", steps=3, tile_k=16, tile_n=8,
                              kv_block=4, residency="lru")
-    plan = plan_system(device, _tiny(8, 96, 200), workload).stages[0]
-    residency = Residency(plan)
-    twin = reference.new_state(plan)
-    for step in range(workload.steps):
-        counts = run_step(plan, residency, step, NO_ROUTES)
-        expected = reference.run_step(plan, twin, step)
-        np.testing.assert_array_equal(counts.read_bits, np.array(expected["read"]))
-        np.testing.assert_array_equal(counts.written_bits, np.array(expected["written"]))
-        for column, name in enumerate(reference.OP_COLUMNS):
-            np.testing.assert_array_equal(counts.results[:, column],
-                                          [o[name] for o in expected["ops"]], err_msg=name)
-        np.testing.assert_allclose(counts.times, np.array(expected["times"]), rtol=1e-12,
-                                   atol=0)
-        assert _held_tiles(residency.arena) == list(twin.lru.tiles.items())
+    check_against_twin(plan_system(device, _tiny(8, 96, 200), workload).stages[0],
+                       workload.steps)
 
 
 def test_the_layer_map_moves_each_tensor_to_its_role_in_the_next_layer():

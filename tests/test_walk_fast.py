@@ -57,17 +57,15 @@ def test_fast_paths_equal_the_per_tile_twin(case):
     workload = memsim.Decode(batch=2, context=context, weights=weights, placement=placement,
                              steps=3, tile_k=tile_k, tile_n=tile_n, kv_block=4,
                              residency="lru")
-    plan = plan_system(device, _model(hidden, ffn), workload).stages[0]
+    check_against_twin(plan_system(device, _model(hidden, ffn), workload).stages[0],
+                       workload.steps)
+
+
+def check_against_twin(plan, steps: int) -> None:
+    """``steps`` steps of ``plan`` give the twin's counts and LRU contents after each."""
     residency = Residency(plan)
     twin = reference.new_state(plan)
-    for step in range(workload.steps):
+    for step in range(steps):
         counts = run_step(plan, residency, step, NO_ROUTES)
-        expected = reference.run_step(plan, twin, step)
-        np.testing.assert_array_equal(counts.read_bits, np.array(expected["read"]))
-        np.testing.assert_array_equal(counts.written_bits, np.array(expected["written"]))
-        for column, name in enumerate(reference.OP_COLUMNS):
-            np.testing.assert_array_equal(counts.results[:, column],
-                                          [o[name] for o in expected["ops"]], err_msg=name)
-        np.testing.assert_allclose(counts.times, np.array(expected["times"]), rtol=1e-12,
-                                   atol=0)
+        reference.assert_counts_equal(counts, reference.run_step(plan, twin, step))
         assert _held_tiles(residency.arena) == list(twin.lru.tiles.items())

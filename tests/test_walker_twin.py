@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -113,13 +112,7 @@ def check_stage_against_twin(plan, workload, router):
         routes = router.tally(step) if router else NO_ROUTES
         counts = run_step(plan, residency, step, routes)
         expected = reference.run_step(plan, twin, step, routes.tolist())
-        np.testing.assert_array_equal(counts.read_bits, np.array(expected["read"]))
-        np.testing.assert_array_equal(counts.written_bits, np.array(expected["written"]))
-        for column, name in enumerate(reference.OP_COLUMNS):
-            np.testing.assert_array_equal(counts.results[:, column],
-                                          [o[name] for o in expected["ops"]], err_msg=name)
-        np.testing.assert_allclose(counts.times, np.array(expected["times"]), rtol=1e-12,
-                                   atol=0)
+        reference.assert_counts_equal(counts, expected)
         # the LRU holds exactly what the twin holds
         assert residency.used_bits == sum(twin.lru.tiles.values())
 
