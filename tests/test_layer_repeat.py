@@ -58,7 +58,7 @@ def test_copied_layers_equal_walked_layers(layers, hidden, ffn, on_chip, cores, 
 
 
 def test_copied_layers_equal_the_per_tile_twin():
-    """Eight layers through a small on-chip tier: every layer after the second is a copy."""
+    """Eight layers through a small on-chip tier, the later ones copied once the LRU settles."""
     device = memsim.device("h100-sxm").with_overrides({"cores": 5,
                                                       "tiers.sram.capacity": "3000 B"})
     workload = memsim.Decode(batch=2, context=40, weights="int8", steps=3, tile_k=16, tile_n=8,
