@@ -144,11 +144,12 @@ def offset_tensors(plan: Plan, offset: int) -> Plan:
     return replace(plan, op_int=op_int, tensor_base=plan.tensor_base + offset)
 
 
-def host_time_per_step(stack: Runtime) -> float:
+def host_time_per_step(stack: Runtime, stages: int = 1) -> float:
     """Host time a runtime adds to each step's critical path: its host work unless it overlaps
-    it with the device, and the replay of a captured graph."""
+    it with the device, and the replay of a captured graph (when a step of ``stages`` pipeline
+    stages replays one, :meth:`memsim.runtime.Runtime.graphed`)."""
     return ((0.0 if stack.host_overlap else stack.host_per_step_s)
-            + (stack.graph_launch_s if stack.graph else 0.0))
+            + (stack.graph_launch_s if stack.graphed(stages) else 0.0))
 
 
 def _concatenate(parts: list[StepCounts]) -> StepCounts:
@@ -226,7 +227,8 @@ class SystemRun:
         self.weight_ops = (kind == k.OP_EMBED) | (kind == k.OP_NORM) | (kind == k.OP_MATMUL)
         self.peer_ops = (self.op_int[:, k.C_KIND] == k.OP_EMBED) & (system.workload.tp > 1)
         self.energy = tuple(float(e) for e in stages[0].tier_energy_j_per_byte)
-        self.host_s = host_time_per_step(stages[0].runtime)
+        self.host_s = host_time_per_step(stages[0].runtime,
+                                         1 if system.parallel_stages else len(stages))
         self.static_power_w = (system.device.idle_power_w or 0.0) * system.chips
         self.summaries: list[StepSummary] = []
         self.cold: StepCounts | None = None

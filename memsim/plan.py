@@ -47,6 +47,7 @@ from memsim.device import Device, Link
 from memsim.errors import CapacityError, ConfigError
 from memsim.checkpoints import WeightFormats, weight_formats
 from memsim.formats import Format, get_format
+from memsim.handoff import handoff_seconds
 from memsim.kernels import step as k
 from memsim.limits import check_sizes
 from memsim.layout import (PlacementRule, Shard, balanced_stages, collective_steps,
@@ -283,14 +284,15 @@ def collective_seconds(stack: Runtime, device: Device, row: np.ndarray) -> tuple
     return timed.bandwidth_s, timed.latency_s + start_up
 
 
-def send_seconds(device: Device, row: Sequence[int], *, to_first: bool, stage: int,
-                 stages: int, tp: int) -> tuple[float, float]:
-    """A pipeline hand-off's bandwidth and latency time over the link it crosses: stage
+def send_seconds(device: Device, stack: Runtime, row: Sequence[int], *, to_first: bool,
+                 stage: int, stages: int, tp: int) -> tuple[float, float]:
+    """A pipeline hand-off's bandwidth and latency time over the path the stack copies it on
+    (:func:`memsim.handoff.handoff_seconds`: the link it crosses, or through the host): stage
     ``stage``'s activations to the next stage, or (``to_first``) the sampled tokens from the last
     stage back to the first, across the whole system."""
     boundary, span = (tp * stages, tp * stages) if to_first else (tp * (stage + 1), tp)
-    link = crossing_link(device, boundary, span)
-    return row[k.C_M] * row[k.C_K] * row[k.C_ACT_BITS] / 8.0 / link.bandwidth, link.latency_s
+    return handoff_seconds(device, stack.pipeline, crossing_link(device, boundary, span),
+                           row[k.C_M] * row[k.C_K] * row[k.C_ACT_BITS] / 8.0)
 
 
 def act_reuse_tiles(device: Device, tile_n: int) -> int:
@@ -1307,14 +1309,15 @@ def _plan_stage(device: Device, model: Model, workload: Decode, policy: str, sh:
         if expert_chip >= 0:
             continue                    # expert-parallel chips are side by side, not a pipeline
         if stage < stages - 1:
-            row = add_op("send", k.OP_SEND, -1, -1, act, m=m_rows, kk=h)
+            row = add_op("send", k.OP_SEND, -1, -1, act, m=m_rows, kk=h,
+                         act_bits=stack.pipeline.handoff_bits or act.element_bits)
             floats[-1] = floats[-1][:3] + send_seconds(
-                device, row, to_first=False, stage=stage, stages=stages, tp=sh.tp)
+                device, stack, row, to_first=False, stage=stage, stages=stages, tp=sh.tp)
         elif stages > 1:
             row = add_op("send_tokens", k.OP_SEND, -1, -1, act, m=m_rows, kk=1,
                          act_bits=TOKEN_ID_BITS)
             floats[-1] = floats[-1][:3] + send_seconds(
-                device, row, to_first=True, stage=stage, stages=stages, tp=sh.tp)
+                device, stack, row, to_first=True, stage=stage, stages=stages, tp=sh.tp)
     if len(rows) > built:
         pieces.append(("rows", built, len(rows)))
 
@@ -1339,7 +1342,8 @@ def _plan_stage(device: Device, model: Model, workload: Decode, policy: str, sh:
         link_latency_s=link.latency_s if link else 0.0,
         collective_latency_s=link.collective_latency_s if link else 0.0,
         runtime=stack, launch_s=device.op_launch_s,
-        host_launch_s=0.0 if stack.graph else stack.launch_s,
+        host_launch_s=(0.0 if stack.graphed(1 if expert_chip >= 0 else stages)
+                       else stack.launch_s),
         op_int=op_int, op_float=op_float, op_names=op_names, op_microbatch=op_micro,
         op_formats=op_formats,
         tensor_table=table, residency=residency, lru_capacity_bits=lru_capacity_bits,
@@ -1617,8 +1621,9 @@ def retarget(system: SystemPlan, device: Device) -> SystemPlan:
             op_float[op, k.F_LINK_S:] = priced[key]
         for op in np.flatnonzero(kinds == k.OP_SEND):     # the link each hand-off crosses
             op_float[op, k.F_LINK_S:] = send_seconds(
-                device, plan.op_int[op], to_first=plan.op_names[op] == "send_tokens",
-                stage=plan.stage, stages=plan.stages, tp=system.shard.tp)
+                device, plan.runtime, plan.op_int[op],
+                to_first=plan.op_names[op] == "send_tokens", stage=plan.stage,
+                stages=plan.stages, tp=system.shard.tp)
         op_float[kinds == k.OP_ATTENTION, k.F_PEAK] = act_peak
         stages.append(dataclasses.replace(
             plan, device=device, op_float=op_float,
