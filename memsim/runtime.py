@@ -32,6 +32,7 @@ from typing import Any
 from memsim.datafile import (catalog_names, check_keys, read_catalog_entry, read_toml_file,
                              require_bool, require_int, require_str, require_table)
 from memsim.errors import ConfigError
+from memsim.instructions import InstructionMix, parse_mixes
 from memsim.units import format_quantity, parse_quantity
 
 __all__ = ["Runtime", "Fusion", "Collective", "CustomAllReduce", "Speculative",
@@ -150,6 +151,7 @@ class Runtime:
     file: str
     data: dict[str, Any] = field(repr=False, compare=False, hash=False)
     small_batch_gemv: bool = False    # small-M matmuls run as GEMVs on the vector units
+    gemv: tuple[tuple[str, InstructionMix], ...] = ()   # GEMV instructions per weight, by format
 
     def source(self, field_path: str) -> str | None:
         """The cited source of a figure, by dotted path (``"launch"``, ``"fusion.fused_qkv"``)."""
@@ -210,7 +212,7 @@ def _set_path(data: dict, path: str, value: Any, *, file: str) -> None:
 
 _TOP_REQUIRED = ("schema_version", "name", "description", "graph", "launch", "graph_launch",
                  "host_per_step", "host_overlap", "fusion", "collective", "speculative")
-_TOP_OPTIONAL = ("sources", "small_batch_gemv")
+_TOP_OPTIONAL = ("sources", "small_batch_gemv", "gemv")
 _FUSION_KEYS = ("fused_qkv", "fused_gate_up", "fused_norm_residual", "fused_moe",
                 "extra_kernels_per_layer", "attention_split")
 _CUSTOM_KEYS = ("custom_allreduce_max_bytes", "custom_allreduce_chips", "custom_allreduce_links",
@@ -336,6 +338,7 @@ def parse_runtime(data: Mapping[str, Any], *, file: str) -> Runtime:
         data=copy.deepcopy(dict(data)),
         small_batch_gemv=require_bool(data.get("small_batch_gemv", False), file=file,
                                       field="small_batch_gemv"),
+        gemv=parse_mixes(data["gemv"], file=file) if "gemv" in data else (),
     )
 
 
