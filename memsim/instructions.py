@@ -19,7 +19,11 @@ fp32       FP32 FFMA, FMUL, FADD
 fp16       16-bit FP (HFMA2, HADD2, and HADD2.F32, the half-to-float conversion nvcc emits)
 convert    type conversions on the conversion pipe (I2F, F2I, F2F; Apple CONVERT)
 load       loads from global, shared or threadgroup memory, one per thread and instruction
+mma        tensor-core multiply-adds (a warp's m16n8k16 MMA is 2,048); not issue slots: the MMA
+           instruction's own issue slot is counted under ``fp16``
 =========  =====================================================================================
+
+The issue limit (``[issue] per_clock``) bounds every class but ``mma``.
 
 A device with no ``[issue]`` table gets :func:`default_pipes`: every instruction at the rate of
 its vector unit's FMAs (``compute.vector`` / 2 FLOP per FMA), the only figure every file has.
@@ -35,7 +39,9 @@ from memsim.datafile import check_keys, require_str, require_table
 from memsim.errors import ConfigError
 from memsim.formats import FORMATS
 
-CLASSES = ("int", "shift", "imad", "fp32", "fp16", "convert", "load")
+CLASSES = ("int", "shift", "imad", "fp32", "fp16", "convert", "load", "mma")
+#: Classes that take issue slots (an MMA's multiply-adds run on the tensor pipe).
+ISSUED = CLASSES[:-1]
 #: Pipes one device may list, the issue limit included (the kernels' op table has two columns
 #: per pipe: ``kernels.step.N_GEMV_PIPES``).
 MAX_PIPES = 8
@@ -63,8 +69,9 @@ class InstructionMix:
     per_weight_row: tuple[float, ...]
 
     def total(self, rows: int) -> float:
-        """Instructions per weight at ``rows`` activation rows."""
-        return sum(self.per_weight) + rows * sum(self.per_weight_row)
+        """Issued instructions per weight at ``rows`` activation rows (``mma`` excluded)."""
+        issued = len(ISSUED)
+        return sum(self.per_weight[:issued]) + rows * sum(self.per_weight_row[:issued])
 
 
 def _positive(value: Any, *, file: str, field: str, allow_zero: bool) -> float:
@@ -84,7 +91,7 @@ def parse_pipes(table: Any, *, file: str, field: str = "issue") -> tuple[Pipe, .
     check_keys(table, required=("per_clock",), optional=("pipes",), file=file,
                prefix=field + ".")
     pipes = [Pipe(ISSUE, _positive(table["per_clock"], file=file, field=f"{field}.per_clock",
-                                   allow_zero=False), CLASSES)]
+                                   allow_zero=False), ISSUED)]
     raw = require_table(table.get("pipes", {}), file=file, field=f"{field}.pipes")
     for name, spec in raw.items():
         where = f"{field}.pipes.{name}"
@@ -108,7 +115,7 @@ def parse_pipes(table: Any, *, file: str, field: str = "issue") -> tuple[Pipe, .
 def default_pipes(vector_ops_per_s: float, cores: int, clock_hz: float) -> tuple[Pipe, ...]:
     """One issue limit at the vector unit's FMA rate: ``vector`` FLOP/s over 2 FLOP per FMA,
     per core and clock [D]: a device file without ``[issue]`` gives no other rate."""
-    return (Pipe(ISSUE, vector_ops_per_s / 2.0 / cores / clock_hz, CLASSES),)
+    return (Pipe(ISSUE, vector_ops_per_s / 2.0 / cores / clock_hz, ISSUED),)
 
 
 def _class_counts(table: Any, *, file: str, field: str) -> tuple[float, ...]:
@@ -137,7 +144,7 @@ def parse_mixes(table: Any, *, file: str,
                                            field=f"{where}.per_weight"),
                              _class_counts(spec["per_weight_row"], file=file,
                                            field=f"{where}.per_weight_row"))
-        if mix.total(1) == 0:
+        if sum(mix.per_weight) + sum(mix.per_weight_row) == 0:
             raise ConfigError("a GEMV runs at least one instruction per weight", file=file,
                               field=where)
         out.append((str(name), mix))

@@ -831,7 +831,8 @@ def _figure_rows(data: Mapping[str, Any], sources: Mapping[str, str],
         path = prefix + key
         if not prefix and key in _NOT_FIGURES:
             continue
-        if isinstance(value, Mapping) and path != "collective.one_shot_max_bytes":
+        if (isinstance(value, Mapping) and path != "collective.one_shot_max_bytes"
+                and prefix != "gemv."):          # a format's GEMV count is one figure
             rows += _figure_rows(value, sources, path + ".")
             continue
         rows.append({"field": path, "value": _shown(value), "source": _source_of(path, sources)})
