@@ -13,7 +13,8 @@ latency of the farthest tier it touches (the first tile of each unit cannot be d
 A matmul unit's operations run on the matrix units with M padded to their row grain, weight
 dequantization overlapped on the vector units (separate pipes: Marlin, Frantar et al. 2024), or,
 where ``C_GEMV`` allows it, as a GEMV on the vector units with no padding (TRT-LLM's fpA_intB
-GEMV, llama.cpp's mmvq): the faster of the two. ``C_ACT_REUSE`` adjacent N tiles share one read
+GEMV, llama.cpp's mmvq): the faster of the two. A GEMV whose runtime counts its instructions
+(``F_GEMV``) takes its slowest instruction pipe, weights x instructions / (rate x clock). ``C_ACT_REUSE`` adjacent N tiles share one read
 of the activation chunk, which their core keeps staged in its own memory.
 
 A prompt (prefill, or a prefill chunk riding in a decode step) tiles M too: with ``C_TILE_M`` set
