@@ -13,7 +13,8 @@ latency of the farthest tier it touches (the first tile of each unit cannot be d
 A matmul unit's operations run on the matrix units with M padded to their row grain, weight
 dequantization overlapped on the vector units (separate pipes: Marlin, Frantar et al. 2024), or,
 where ``C_GEMV`` allows it, as a GEMV on the vector units with no padding (TRT-LLM's fpA_intB
-GEMV, llama.cpp's mmvq): the faster of the two. ``C_ACT_REUSE`` adjacent N tiles share one read
+GEMV, llama.cpp's mmvq): the faster of the two. A GEMV whose runtime counts its instructions
+(``F_GEMV``) takes its slowest instruction pipe, weights x instructions / (rate x clock). ``C_ACT_REUSE`` adjacent N tiles share one read
 of the activation chunk, which their core keeps staged in its own memory.
 
 A prompt (prefill, or a prefill chunk riding in a decode step) tiles M too: with ``C_TILE_M`` set
@@ -104,7 +105,10 @@ F_DEQUANT_OPS = 1   # vector operations per stored element to dequantize (0 when
 F_ACT_QUANT_OPS = 2  # vector operations per activation element to quantize it (0: 16-bit)
 F_LINK_S = 3        # collectives: the library's bandwidth time for the call (memsim.runtime)
 F_LINK_LATENCY_S = 4  # collectives: its latency (start-up and steps)
-N_FLOAT_COLS = 5
+F_GEMV = 5          # matmul: N_GEMV_PIPES fixed then N_GEMV_PIPES per-row seconds per weight on
+                    # one core of the runtime's GEMV kernel, per pipe (all 0: no count)
+N_GEMV_PIPES = 8    # memsim.instructions.MAX_PIPES
+N_FLOAT_COLS = F_GEMV + 2 * N_GEMV_PIPES
 
 # Columns of the per-op integer results.
 R_HITS = 0
@@ -773,20 +777,32 @@ def _staged_k(x, split, act_reuse, k, prefix_k):
 
 
 @jit_inline
-def _unit_seconds(rows, unit_elements, m_grain, core_peak, core_vector, dequant_ops, gemv):
-    """One matmul unit's compute time (matrix units, or a GEMV on the vector units)."""
+def _unit_seconds(rows, unit_elements, m_grain, core_peak, core_vector, dequant_ops, gemv,
+                  gemv_s):
+    """One matmul unit's compute time (matrix units, or a GEMV on the vector units).
+
+    ``gemv_s`` holds the GEMV kernel's seconds per weight on one core, per pipe (fixed parts,
+    then per-row parts): the GEMV takes its slowest pipe, ``weights * max(fixed + rows * row)``.
+    All zero: the runtime counts no instructions, and the GEMV costs ``2 * rows`` FMA operations
+    plus the format's dequantization operations per weight at the vector rate."""
     vector_ops = dequant_ops * unit_elements
     unit_s = max(2.0 * _padded_rows(rows, m_grain) * unit_elements / core_peak,
                  vector_ops / core_vector)
     if gemv:
-        unit_s = min(unit_s, (2.0 * rows * unit_elements + vector_ops) / core_vector)
+        per_weight = 0.0
+        for p in range(N_GEMV_PIPES):
+            per_weight = max(per_weight, gemv_s[p] + rows * gemv_s[N_GEMV_PIPES + p])
+        if per_weight > 0.0:
+            unit_s = min(unit_s, per_weight * unit_elements)
+        else:
+            unit_s = min(unit_s, (2.0 * rows * unit_elements + vector_ops) / core_vector)
     return unit_s
 
 
 @jit
 def _uniform_units(op, u0, u1, nt0, split, rows, k, n, tn, k_tiles, k_tiles_per_unit, unit_k,
                    prefix_row_bits, prefix_k, tensor_meta_bits, act_reuse, act_bits, out_bits,
-                   m_grain, core_peak, core_vector, dequant_ops, gemv, results):
+                   m_grain, core_peak, core_vector, dequant_ops, gemv, gemv_s, results):
     """Matmul units [u0, u1) of one M tile, one home and one column width (that of column
     ``nt0``), summed as the per-unit loop sums them: returns their tiles, tile bits, on-chip
     bits and slowest unit's seconds, and adds their activations, FLOPs and vector operations
@@ -813,12 +829,12 @@ def _uniform_units(op, u0, u1, nt0, split, rows, k, n, tn, k_tiles, k_tiles_per_
         ue = unit_k[0] * nn
         results[op, R_VECTOR_OPS] += fulls * np.int64(dequant_ops * ue)
         unit_s = max(unit_s, _unit_seconds(rows, ue, m_grain, core_peak, core_vector,
-                                           dequant_ops, gemv))
+                                           dequant_ops, gemv, gemv_s))
     if lasts > 0:
         ue = unit_k[split - 1] * nn
         results[op, R_VECTOR_OPS] += lasts * np.int64(dequant_ops * ue)
         unit_s = max(unit_s, _unit_seconds(rows, ue, m_grain, core_peak, core_vector,
-                                           dequant_ops, gemv))
+                                           dequant_ops, gemv, gemv_s))
     return tiles, bits, bits + act + out, unit_s
 
 
@@ -844,6 +860,7 @@ def _matmul(op, m, op_int, op_float, n_cores, vector_rate, tier_bandwidth, tier_
     core_vector = vector_rate / n_cores
     dequant_ops = op_float[op, F_DEQUANT_OPS]
     gemv = op_int[op, C_GEMV] == 1
+    gemv_s = op_float[op, F_GEMV:F_GEMV + 2 * N_GEMV_PIPES]
     act_reuse = op_int[op, C_ACT_REUSE]
     quant_ops = op_float[op, F_ACT_QUANT_OPS] * m * k
 
@@ -906,7 +923,7 @@ def _matmul(op, m, op_int, op_float, n_cores, vector_rate, tier_bandwidth, tier_
                                           k_tiles_per_unit, unit_k, prefix_row_bits, prefix_k,
                                           tensor_meta_bits, act_reuse, act_bits, out_bits,
                                           m_grain, core_peak, core_vector, dequant_ops, gemv,
-                                          results)
+                                          gemv_s, results)
                 if hit:
                     hits += tiles
                     hit_bits += bits
@@ -988,7 +1005,7 @@ def _matmul(op, m, op_int, op_float, n_cores, vector_rate, tier_bandwidth, tier_
             results[op, R_FLOPS] += 2 * rows * unit_elements
             results[op, R_VECTOR_OPS] += np.int64(dequant_ops * unit_elements)
             slowest = max(slowest, _unit_seconds(rows, unit_elements, m_grain, core_peak,
-                                                 core_vector, dequant_ops, gemv))
+                                                 core_vector, dequant_ops, gemv, gemv_s))
         if w == waves - 1 and split > 1:
             wave_on_chip += _split_reduction(op, m, n, n, split, act_bits, results)
         wave_bits[0] += wave_on_chip

@@ -22,6 +22,7 @@ from memsim.datafile import (catalog_names, check_keys, read_catalog_entry, read
 from memsim.errors import ConfigError
 from memsim.runtime import runtime
 from memsim.formats import COMPUTE_CLASSES
+from memsim.instructions import Pipe, default_pipes, parse_pipes
 from memsim.limits import check_figure
 from memsim.units import parse_quantity
 
@@ -142,6 +143,12 @@ class Device:
     activation_width: int = 0    # output columns one staged activation read feeds (0: matrix_unit n)
     sustained_compute: tuple[tuple[str, float], ...] = ()   # measured matmul rates, by class
     runtime_overrides: tuple[tuple[str, Any], ...] = ()  # what-ifs of the stack ("launch", "6 us")
+    issue: tuple[Pipe, ...] = ()   # per-core instruction pipes ([issue]; () gives default_pipes)
+
+    @property
+    def pipes(self) -> tuple[Pipe, ...]:
+        """The file's ``[issue]`` pipes, else one issue limit at the vector FMA rate."""
+        return self.issue or default_pipes(self.vector_ops_per_s, self.cores, self.clock_hz)
 
     def tier(self, name: str) -> Tier:
         """The tier called ``name``."""
@@ -487,7 +494,7 @@ _TOP_REQUIRED = ("schema_version", "name", "display_name", "vendor", "clock", "c
                  "core_memory", "compute", "matrix_unit", "tile", "tiers", "layout", "overheads",
                  "host_link", "energy")
 _TOP_OPTIONAL = ("tdp", "idle_power", "runtime", "link", "scale_out", "cost", "sustained_compute",
-                 "sources")
+                 "issue", "sources")
 
 
 def _parse_compute(data: Mapping[str, Any], *, file: str) -> tuple[tuple[tuple[str, float], ...],
@@ -657,6 +664,7 @@ def parse_device(data: Mapping[str, Any], *, file: str) -> Device:
         sources=tuple((str(k), str(v)) for k, v in sources.items()),
         file=file,
         data=copy.deepcopy(dict(data)),
+        issue=parse_pipes(data["issue"], file=file) if "issue" in data else (),
     )
 
 

@@ -56,7 +56,10 @@ class Format:
     tensor_meta_bits : metadata stored once per tensor (a global FP32 scale).
     compute : the compute class a device needs to use it without dequantization.
     dequant_ops : vector operations per element to convert it to the activation type when the
-        device lacks a native path (unpack, subtract zero, multiply by scale).
+        device lacks a native path (unpack, subtract zero, multiply by scale) [E]: the matrix
+        path's dequantization, and a GEMV's when its runtime counts no instructions for the
+        format; a runtime's ``[gemv.FORMAT]`` count replaces it for that runtime's GEMV
+        (:mod:`memsim.instructions`).
     description, source : what it is and where the layout comes from.
     """
 

@@ -59,6 +59,9 @@ from memsim.routing import probabilities
 from memsim.units import format_quantity
 from memsim.workload import Decode
 
+#: The op table's GEMV columns of an op whose runtime counts no GEMV instructions.
+NO_GEMV = (0.0,) * (2 * k.N_GEMV_PIPES)
+
 TOKEN_ID_BITS = 32      # a sampled token id sent back to the first pipeline stage
 
 
@@ -1094,7 +1097,8 @@ def _plan_stage(device: Device, model: Model, workload: Decode, policy: str, sh:
     def add_op(name: str, kind: int, layer: int, tensor: int, fmt: Format, *, m: int = 0,
                kk: int = 0, n: int = 0, peak: float = 0.0, dequant: float = 0.0,
                act_quant: float = 0.0, chips: int = 0, passes: int = 0,
-               act_bits: int = act.element_bits) -> list[int]:
+               act_bits: int = act.element_bits,
+               gemv_s: tuple[float, ...] = NO_GEMV) -> list[int]:
         row = template.copy()
         row[k.C_KIND] = kind
         row[k.C_LAYER] = layer
@@ -1112,7 +1116,7 @@ def _plan_stage(device: Device, model: Model, workload: Decode, policy: str, sh:
         row[k.C_PASSES] = passes
         row[k.C_TOKEN_BASE] = token_base + micro * m_rows
         rows.append(row)
-        floats.append((peak, dequant, act_quant, 0.0, 0.0))
+        floats.append((peak, dequant, act_quant, 0.0, 0.0) + gemv_s)
         op_names.append(name)
         op_formats.append(fmt.name)
         op_micro.append(micro)
@@ -1124,11 +1128,12 @@ def _plan_stage(device: Device, model: Model, workload: Decode, policy: str, sh:
         fmt = table.fmt(tensor_id)
         path = paths.get(fmt.name)
         if path is None:
-            path = paths[fmt.name] = matmul_path(device, fmt, act_in)
+            path = paths[fmt.name] = matmul_path(device, fmt, act_in, stack)
         act_bits = act_in.element_bits if path.act_quant_ops_per_element else act.element_bits
         row = add_op(name, k.OP_MATMUL, layer, tensor_id, fmt, m=rows or m_rows, kk=kk, n=n,
                      peak=path.ops_per_s, dequant=path.dequant_ops_per_weight,
-                     act_quant=path.act_quant_ops_per_element, act_bits=act_bits)
+                     act_quant=path.act_quant_ops_per_element, act_bits=act_bits,
+                     gemv_s=path.gemv_s_per_weight)
         row[k.C_LAUNCHES] = launches
         return row
 
@@ -1141,7 +1146,7 @@ def _plan_stage(device: Device, model: Model, workload: Decode, policy: str, sh:
         if sh.tp > 1:
             row = add_op(name, k.OP_COLLECTIVE, layer, -1, act, m=m_rows, kk=width,
                          chips=sh.tp, passes=passes)
-            floats[-1] = floats[-1][:3] + collective_seconds(stack, device, row)
+            floats[-1] = floats[-1][:3] + collective_seconds(stack, device, row) + NO_GEMV
 
     residual_adds = 0 if fusion.fused_norm_residual else 1
     h, hd = model.hidden, model.head_dim
@@ -1312,12 +1317,12 @@ def _plan_stage(device: Device, model: Model, workload: Decode, policy: str, sh:
             row = add_op("send", k.OP_SEND, -1, -1, act, m=m_rows, kk=h,
                          act_bits=stack.pipeline.handoff_bits or act.element_bits)
             floats[-1] = floats[-1][:3] + send_seconds(
-                device, stack, row, to_first=False, stage=stage, stages=stages, tp=sh.tp)
+                device, stack, row, to_first=False, stage=stage, stages=stages, tp=sh.tp) + NO_GEMV
         elif stages > 1:
             row = add_op("send_tokens", k.OP_SEND, -1, -1, act, m=m_rows, kk=1,
                          act_bits=TOKEN_ID_BITS)
             floats[-1] = floats[-1][:3] + send_seconds(
-                device, stack, row, to_first=True, stage=stage, stages=stages, tp=sh.tp)
+                device, stack, row, to_first=True, stage=stage, stages=stages, tp=sh.tp) + NO_GEMV
     if len(rows) > built:
         pieces.append(("rows", built, len(rows)))
 
@@ -1609,18 +1614,19 @@ def retarget(system: SystemPlan, device: Device) -> SystemPlan:
         op_float = plan.op_float.copy()
         kinds = plan.op_int[:, k.C_KIND]
         for name in set(plan.op_formats[op] for op in np.flatnonzero(kinds == k.OP_MATMUL)):
-            path = matmul_path(device, get_format(name), act_in)
+            path = matmul_path(device, get_format(name), act_in, plan.runtime)
             rows = (kinds == k.OP_MATMUL) & (np.array(plan.op_formats) == name)
             op_float[rows, k.F_PEAK] = path.ops_per_s
             op_float[rows, k.F_DEQUANT_OPS] = path.dequant_ops_per_weight
+            op_float[rows, k.F_GEMV:] = path.gemv_s_per_weight
         priced: dict[tuple[int, ...], tuple[float, float]] = {}
         for op in np.flatnonzero(kinds == k.OP_COLLECTIVE):
             key = tuple(int(plan.op_int[op, c]) for c in COLLECTIVE_COLUMNS)
             if key not in priced:
                 priced[key] = collective_seconds(plan.runtime, device, plan.op_int[op])
-            op_float[op, k.F_LINK_S:] = priced[key]
+            op_float[op, k.F_LINK_S:k.F_GEMV] = priced[key]
         for op in np.flatnonzero(kinds == k.OP_SEND):     # the link each hand-off crosses
-            op_float[op, k.F_LINK_S:] = send_seconds(
+            op_float[op, k.F_LINK_S:k.F_GEMV] = send_seconds(
                 device, plan.runtime, plan.op_int[op],
                 to_first=plan.op_names[op] == "send_tokens", stage=plan.stage,
                 stages=plan.stages, tp=system.shard.tp)

@@ -12,6 +12,11 @@ GEMM). Quantized activations pay their quantization (a scale, a round and a conv
 before each matmul that reads them. When the device has no matrix path for the activations' type
 the matmul runs at the device's 16-bit type, weights and activations converted to it.
 
+A small-batch GEMV (a runtime with ``small_batch_gemv``) whose runtime counts the instructions of
+its kernel for the weights' format (``[gemv.FORMAT]``, :mod:`memsim.instructions`) is timed from
+them and the device's pipe rates: ``gemv_s_per_weight``. Without a count it falls back to
+``(2 x rows + dequant_ops_per_weight)`` vector operations per weight at the vector rate.
+
 Example::
 
     >>> path = matmul_path(device("h100-sxm"), get_format("int4-g128"), get_format("bf16"))
@@ -25,6 +30,8 @@ from dataclasses import dataclass
 
 from memsim.device import Device
 from memsim.formats import Format
+from memsim.instructions import MAX_PIPES, gemv_seconds, mix_for
+from memsim.runtime import Runtime
 
 FLOAT16_TYPES = ("bf16", "fp16")
 ACTIVATION_QUANT_OPS = 3.0   # per element: multiply by the inverse scale, round, convert
@@ -42,6 +49,9 @@ class MatmulPath:
     dequant_ops_per_weight : vector operations per stored weight element each step (0: native).
     act_quant_ops_per_element : vector operations per activation element read (0: 16-bit).
     cast_at_load : the weights' type converted once at load (e.g. ``"bf16->fp16"``), or ``""``.
+    gemv_s_per_weight : seconds per weight on one core of the runtime's GEMV kernel, per pipe:
+        ``MAX_PIPES`` fixed parts then ``MAX_PIPES`` per-activation-row parts
+        (:func:`memsim.instructions.gemv_seconds`); all zero when the runtime counts none.
     """
 
     mma_type: str
@@ -49,6 +59,7 @@ class MatmulPath:
     dequant_ops_per_weight: float
     act_quant_ops_per_element: float
     cast_at_load: str = ""
+    gemv_s_per_weight: tuple[float, ...] = (0.0,) * (2 * MAX_PIPES)
 
 
 def runtime_type(device: Device, compute: str) -> tuple[str, str]:
@@ -64,8 +75,10 @@ def _sixteen_bit(device: Device) -> str:
     return "bf16" if device.peak("bf16") is not None else "fp16"
 
 
-def matmul_path(device: Device, weights: Format, activations: Format) -> MatmulPath:
-    """The arithmetic of a matmul with ``weights`` and ``activations`` on ``device``."""
+def matmul_path(device: Device, weights: Format, activations: Format,
+                stack: Runtime | None = None) -> MatmulPath:
+    """The arithmetic of a matmul with ``weights`` and ``activations`` on ``device``, and the
+    issue time of ``stack``'s GEMV kernel for the weights' format where it counts one."""
     weight_type, cast = runtime_type(device, weights.compute)
     act_type, _ = runtime_type(device, activations.compute)
     quantized_act = act_type not in FLOAT16_TYPES and act_type != "fp32"
@@ -73,7 +86,10 @@ def matmul_path(device: Device, weights: Format, activations: Format) -> MatmulP
     if mma_type != act_type:
         quantized_act = False          # the device upcasts: nothing to quantize
     dequant = 0.0 if weight_type == mma_type else float(max(weights.dequant_ops, 1))
+    mix = mix_for(dict(stack.gemv), weights.name) if stack is not None else None
+    gemv_s = ((0.0,) * (2 * MAX_PIPES) if mix is None
+              else gemv_seconds(device.pipes, device.clock_hz, mix))
     return MatmulPath(mma_type=mma_type, ops_per_s=float(device.matmul_rate(mma_type)),
                       dequant_ops_per_weight=dequant,
                       act_quant_ops_per_element=ACTIVATION_QUANT_OPS if quantized_act else 0.0,
-                      cast_at_load=cast)
+                      cast_at_load=cast, gemv_s_per_weight=gemv_s)

@@ -33,6 +33,7 @@ from memsim.datafile import (catalog_names, check_keys, read_catalog_entry, read
                              require_bool, require_int, require_str, require_table)
 from memsim.errors import ConfigError
 from memsim.handoff import Pipeline, pipeline_of
+from memsim.instructions import InstructionMix, parse_mixes
 from memsim.units import format_quantity, parse_quantity
 
 __all__ = ["Runtime", "Fusion", "Collective", "CustomAllReduce", "Speculative",
@@ -152,6 +153,7 @@ class Runtime:
     data: dict[str, Any] = field(repr=False, compare=False, hash=False)
     small_batch_gemv: bool = False    # small-M matmuls run as GEMVs on the vector units
     pipeline: Pipeline = Pipeline()   # pipeline hand-offs and graphs (memsim.handoff)
+    gemv: tuple[tuple[str, InstructionMix], ...] = ()   # GEMV instructions per weight, by format
 
     def graphed(self, stages: int) -> bool:
         """True when a step of ``stages`` pipeline stages replays a captured graph."""
@@ -216,7 +218,7 @@ def _set_path(data: dict, path: str, value: Any, *, file: str) -> None:
 
 _TOP_REQUIRED = ("schema_version", "name", "description", "graph", "launch", "graph_launch",
                  "host_per_step", "host_overlap", "fusion", "collective", "speculative")
-_TOP_OPTIONAL = ("sources", "small_batch_gemv", "pipeline")
+_TOP_OPTIONAL = ("sources", "small_batch_gemv", "pipeline", "gemv")
 _FUSION_KEYS = ("fused_qkv", "fused_gate_up", "fused_norm_residual", "fused_moe",
                 "extra_kernels_per_layer", "attention_split")
 _CUSTOM_KEYS = ("custom_allreduce_max_bytes", "custom_allreduce_chips", "custom_allreduce_links",
@@ -343,6 +345,7 @@ def parse_runtime(data: Mapping[str, Any], *, file: str) -> Runtime:
         small_batch_gemv=require_bool(data.get("small_batch_gemv", False), file=file,
                                       field="small_batch_gemv"),
         pipeline=pipeline_of(data, file=file),
+        gemv=parse_mixes(data["gemv"], file=file) if "gemv" in data else (),
     )
 
 
@@ -835,7 +838,8 @@ def _figure_rows(data: Mapping[str, Any], sources: Mapping[str, str],
         path = prefix + key
         if not prefix and key in _NOT_FIGURES:
             continue
-        if isinstance(value, Mapping) and path != "collective.one_shot_max_bytes":
+        if (isinstance(value, Mapping) and path != "collective.one_shot_max_bytes"
+                and prefix != "gemv."):          # a format's GEMV count is one figure
             rows += _figure_rows(value, sources, path + ".")
             continue
         rows.append({"field": path, "value": _shown(value), "source": _source_of(path, sources)})

@@ -103,7 +103,10 @@ def run_step(plan: Plan, state: ReferenceState, step: int, routes=None) -> dict:
 
     for op in range(n_ops):
         row = [int(x) for x in plan.op_int[op]]
-        peak, dequant, act_quant, link_s, link_latency_s = (float(x) for x in plan.op_float[op])
+        peak, dequant, act_quant, link_s, link_latency_s = (
+            float(x) for x in plan.op_float[op, :k.F_GEMV])
+        gemv_fixed = [float(x) for x in plan.op_float[op, k.F_GEMV:k.F_GEMV + k.N_GEMV_PIPES]]
+        gemv_row = [float(x) for x in plan.op_float[op, k.F_GEMV + k.N_GEMV_PIPES:]]
         kind, tensor, pinned = row[k.C_KIND], row[k.C_TENSOR], row[k.C_PINNED]
         act_bits = row[k.C_ACT_BITS]
         counters = out["ops"][op]
@@ -201,7 +204,9 @@ def run_step(plan: Plan, state: ReferenceState, step: int, routes=None) -> dict:
                     unit_s = max(2.0 * padded_rows(rows) * elements / (peak / cores),
                                  vector_ops / core_vector)
                     if row[k.C_GEMV]:
-                        unit_s = min(unit_s, (2.0 * rows * elements + vector_ops) / core_vector)
+                        per_weight = max(f + rows * r for f, r in zip(gemv_fixed, gemv_row))
+                        unit_s = min(unit_s, per_weight * elements if per_weight > 0 else
+                                     (2.0 * rows * elements + vector_ops) / core_vector)
                     slowest = max(slowest, unit_s)
                 if w == waves - 1 and split > 1:
                     wave[0] += split_reduction(counters, m, n, n, split, act_bits)

@@ -36,6 +36,8 @@ def _value(v: Any) -> str:
         return json.dumps(v, ensure_ascii=False)
     if isinstance(v, list) and not any(isinstance(x, dict) for x in v):
         return "[" + ", ".join(_value(x) for x in v) + "]"
+    if isinstance(v, dict):       # a table inside a table: an inline table ([issue] pipes)
+        return "{" + ", ".join(f"{json.dumps(k)} = {_value(x)}" for k, x in v.items()) + "}"
     raise TypeError(f"cannot write {v!r}")
 
 

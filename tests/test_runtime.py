@@ -45,7 +45,8 @@ def figure_paths(data: dict, prefix: str = "") -> list[str]:
     for key, value in data.items():
         if not prefix and key in ("schema_version", "name", "description", "sources"):
             continue
-        if isinstance(value, dict) and prefix + key != "collective.one_shot_max_bytes":
+        if (isinstance(value, dict) and prefix + key != "collective.one_shot_max_bytes"
+                and prefix != "gemv."):     # a format's GEMV count has one source
             paths += figure_paths(value, prefix + key + ".")
         else:
             paths.append(prefix + key)
