@@ -56,6 +56,7 @@ from memsim.precision import FLOAT16_TYPES, MatmulPath, matmul_path, runtime_typ
 from memsim.runtime import Runtime, collective_library, collective_time, runtime
 from memsim.routing import probabilities
 from memsim.units import format_quantity
+from memsim.wafer import with_resident_tile
 from memsim.workload import Decode
 
 TOKEN_ID_BITS = 32      # a sampled token id sent back to the first pipeline stage
@@ -953,7 +954,8 @@ def _folded_stages_fit(device: Device, model: Model, workload: Decode, policy: s
 
 def _plan_policy(device: Device, model: Model, workload: Decode, policy: str) -> SystemPlan:
     _check_chips(device, workload)
-    workload = fold_pipeline(model, workload, device, policy)
+    workload = with_resident_tile(device, model, fold_pipeline(model, workload, device, policy),
+                                  policy)
     _check_expert_parallel(model, workload)
     sh = shard(model, workload.tp, tp_ranks_per_chip(device))
     rules = parse_placement(workload.placement, device, model.layers)

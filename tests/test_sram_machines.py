@@ -60,3 +60,54 @@ def test_no_fold_fits_reports_the_smallest_and_its_shortfall():
     assert fold_pipeline(model, workload, device).tp == 2
     with pytest.raises(memsim.CapacityError):
         plan_system(device, model, workload)
+
+
+# A wafer's cores multiply the weights they hold ----------------------------------------------
+
+def test_resident_tile_is_one_cores_share_of_the_weights():
+    from memsim.wafer import resident_tile_side
+    model = memsim.model("llama-3-8b")
+    assert model.total_params == 8_030_261_248
+    # 8,030,261,248 / 900,000 = 8,922.5 weights per core; isqrt = 94 (94^2 = 8,836 <= 8,922 < 95^2)
+    assert resident_tile_side(model, 900_000, 1) == 94
+    assert resident_tile_side(model, 900_000, 4) == 47          # 2,230 per core
+    assert resident_tile_side(model, 10**12, 1) == 1            # more cores than weights
+
+
+def test_a_resident_wafer_step_charges_each_op_one_cores_share():
+    """Llama 3 8B on one WSE-3: qkv's 4,096 x 6,144 weights in 94 x 94 tiles go one per core;
+    a unit is 94 x 94 MACs at 8 per cycle (compute.fp16 / cores = 17.6 GFLOP/s a core)."""
+    device = memsim.device("wse-3")
+    assert device.tile_per_core == "resident"
+    plan = plan_system(device, memsim.model("llama-3-8b"), memsim.Decode(batch=1, context=512))
+    assert (plan.workload.tile_k, plan.workload.tile_n) == (94, 94)
+    report = memsim.emulate(device, "llama-3-8b", batch=1, context=512)
+    core_flops = 15.8e15 / 900_000
+    qkv = next(r for r in report.op_rows("warm") if r.name == "qkv")
+    assert qkv.flops == 2 * 4096 * 6144                      # one layer's row
+    unit_s = 2 * 94 * 94 / core_flops                         # 1.0066 us
+    sram_latency_s = device.tier("sram").latency_s
+    assert qkv.time_s == pytest.approx(unit_s + device.op_launch_s + sram_latency_s, rel=1e-9)
+
+
+def test_streamed_weights_and_a_workload_tile_keep_their_tiles():
+    device = memsim.device("wse-3")
+    model = memsim.model("llama-3-8b")
+    streaming = plan_system(device, model, memsim.Decode(batch=1, context=512,
+                                                         policy="weight-streaming"))
+    assert streaming.workload.tile_k is None               # the device's 64 x 64
+    mine = plan_system(device, model, memsim.Decode(batch=1, context=512, tile_k=64, tile_n=64))
+    assert (mine.workload.tile_k, mine.workload.tile_n) == (64, 64)
+    own = memsim.emulate(device, "llama-3-8b", batch=1, context=512, tile_k=64, tile_n=64)
+    fixed = device.with_overrides({"tile.per_core": "fixed"})
+    assert memsim.emulate(fixed, "llama-3-8b", batch=1, context=512).time_per_step == \
+        pytest.approx(own.time_per_step, rel=1e-12)
+
+
+def test_tile_per_core_must_be_fixed_or_resident(tmp_path):
+    text = open("devices/wse-3.toml").read().replace('per_core = "resident"', 'per_core = "all"')
+    path = tmp_path / "bad.toml"
+    path.write_text(text)
+    with pytest.raises(memsim.ConfigError) as info:
+        memsim.load_device(str(path))
+    assert "tile.per_core" in str(info.value) and "bad.toml" in str(info.value)
