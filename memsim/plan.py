@@ -934,9 +934,13 @@ def fold_pipeline(model: Model, workload: Decode, device: Device | None = None,
     if device is None:
         return candidates[0]
     ranks = tp_ranks_per_chip(device)
-    fitting = [c for c in candidates if _folded_stages_fit(device, model, c, policy)]
-    unpadded = [c for c in fitting if not _pads(shard(model, c.tp, ranks))]
-    return (unpadded or fitting or candidates)[0]
+    first_fit = None
+    for folded in candidates:
+        if _folded_stages_fit(device, model, folded, policy):
+            if not _pads(shard(model, folded.tp, ranks)):
+                return folded
+            first_fit = first_fit or folded
+    return first_fit or candidates[0]
 
 
 def _pads(sh: Shard) -> bool:
