@@ -47,6 +47,8 @@ SUSTAINED_FRACTION = MappingProxyType({
     "cxl": 0.75,    # 20-28 GB/s read of ~32 GB/s on PCIe5 x8 CXL expanders (MICRO 2023)
     "nvme": 0.85,   # sequential reads below the datasheet maximum for mixed reads [E]
 })
+#: ``tile.per_core``: the tile is a device constant, or one core's share of the resident weights.
+TILE_PER_CORE = ("fixed", "resident")
 
 
 @dataclass(frozen=True)
@@ -144,6 +146,7 @@ class Device:
     sustained_compute: tuple[tuple[str, float], ...] = ()   # measured matmul rates, by class
     runtime_overrides: tuple[tuple[str, Any], ...] = ()  # what-ifs of the stack ("launch", "6 us")
     issue: tuple[Pipe, ...] = ()   # per-core instruction pipes ([issue]; () gives default_pipes)
+    tile_per_core: str = "fixed"    # "resident": the tile is one core's share of the weights
 
     @property
     def pipes(self) -> tuple[Pipe, ...]:
@@ -613,7 +616,7 @@ def parse_device(data: Mapping[str, Any], *, file: str) -> Device:
     unit = require_table(data["matrix_unit"], file=file, field="matrix_unit")
     check_keys(unit, required=("m", "n", "k"), file=file, prefix="matrix_unit.")
     tile = require_table(data["tile"], file=file, field="tile")
-    check_keys(tile, required=("k", "n"), optional=("activation_width",), file=file,
+    check_keys(tile, required=("k", "n"), optional=("activation_width", "per_core"), file=file,
                prefix="tile.")
 
     raw_tiers = data["tiers"]
@@ -650,6 +653,8 @@ def parse_device(data: Mapping[str, Any], *, file: str) -> Device:
         tile_n=_count(tile, "n", "tile", file=file, prefix="tile."),
         activation_width=(_count(tile, "activation_width", "tile", file=file, prefix="tile.")
                           if "activation_width" in tile else 0),
+        tile_per_core=(require_str(tile["per_core"], file=file, field="tile.per_core",
+                                   choices=TILE_PER_CORE) if "per_core" in tile else "fixed"),
         tiers=tuple(tiers),
         layout=layout,
         op_launch_s=_q(overheads, "op_launch", "time", file=file, prefix="overheads.",

@@ -57,6 +57,7 @@ from memsim.precision import FLOAT16_TYPES, MatmulPath, matmul_path, runtime_typ
 from memsim.runtime import Runtime, collective_library, collective_time, runtime
 from memsim.routing import probabilities
 from memsim.units import format_quantity
+from memsim.wafer import with_resident_tile
 from memsim.workload import Decode
 
 #: The op table's GEMV columns of an op whose runtime counts no GEMV instructions.
@@ -911,30 +912,59 @@ def _check_expert_parallel(model: Model, workload: Decode) -> None:
             raise ConfigError(f"ep {workload.ep} must divide the {what} ({count})", field="ep")
 
 
-def fold_pipeline(model: Model, workload: Decode) -> Decode:
+def fold_pipeline(model: Model, workload: Decode, device: Device | None = None,
+                  policy: str = "sram-resident") -> Decode:
     """The workload with a pipeline longer than the model folded into tensor parallel stages.
 
     A pipeline has at most one stage per item (the embedding, each layer, the head). A ``pp``
     above that states the chip count: ``tp x pp`` chips become ``tp * f`` chips per stage and
-    ``pp / f`` stages, with ``f`` the smallest factor of ``pp`` that leaves at most one stage
-    per item. GroqCloud's 576-chip Llama 2 70B is ``pp=576`` (8 chips per stage, 72 stages);
-    Cerebras' wafers, each larger than a layer, stay one wafer per stage. A ``microbatches``
-    left to its default is re-derived for the folded pipeline.
+    ``pp / f`` stages. ``f`` is the smallest factor of ``pp`` that leaves at most one stage per
+    item and, given a ``device``, whose stages hold their bytes (a balanced cut fits), taking a
+    fold the model's query heads and FFN divide before one that pads them; with no such fold, the
+    smallest (the capacity check then says what is short). GroqCloud's 576-chip Llama 2 70B
+    is ``pp=576`` (8 chips per stage, 72 stages); Llama 3.1 70B's 128K-vocabulary BF16
+    embedding (2.1 GB) needs 16 chips per stage to fit 230 MB each (36 stages). Cerebras'
+    wafers, each larger than a layer, stay one wafer per stage. A ``microbatches`` left to its
+    default is re-derived for the folded pipeline.
     """
     items = model.layers + 2
     pp = workload.pp
     if pp <= items:
         return workload
-    fold = next(f for f in range(2, pp + 1) if pp % f == 0 and pp // f <= items)
+    folds = [f for f in range(2, pp + 1) if pp % f == 0 and pp // f <= items]
     default = dataclasses.replace(workload, microbatches=None).microbatches
     microbatches = None if workload.microbatches == default else workload.microbatches
-    return dataclasses.replace(workload, tp=workload.tp * fold, pp=pp // fold,
-                               microbatches=microbatches)
+    candidates = [dataclasses.replace(workload, tp=workload.tp * f, pp=pp // f,
+                                      microbatches=microbatches) for f in folds]
+    if device is None:
+        return candidates[0]
+    ranks = tp_ranks_per_chip(device)
+    first_fit = None
+    for folded in candidates:
+        if _folded_stages_fit(device, model, folded, policy):
+            if not _pads(shard(model, folded.tp, ranks)):
+                return folded
+            first_fit = first_fit or folded
+    return first_fit or candidates[0]
+
+
+def _pads(sh: Shard) -> bool:
+    """Whether a shard pads query heads or FFN columns (replicated KV heads, as vLLM runs
+    them, are not padding)."""
+    return bool(sh.padded_heads or sh.padded_ffn or sh.padded_dense_ffn)
+
+
+def _folded_stages_fit(device: Device, model: Model, workload: Decode, policy: str) -> bool:
+    """Whether a balanced cut of ``workload.pp`` stages of ``workload.tp`` chips holds every
+    stage's bytes in the device's tiers (what :func:`_stage_starts` looks for)."""
+    placed = item_tier_bytes(device, model, workload, policy)
+    return _balanced_cut(device, placed, workload.pp, policy) is not None
 
 
 def _plan_policy(device: Device, model: Model, workload: Decode, policy: str) -> SystemPlan:
     _check_chips(device, workload)
-    workload = fold_pipeline(model, workload)
+    workload = with_resident_tile(device, model, fold_pipeline(model, workload, device, policy),
+                                  policy)
     _check_expert_parallel(model, workload)
     sh = shard(model, workload.tp, tp_ranks_per_chip(device))
     rules = parse_placement(workload.placement, device, model.layers)
@@ -1012,15 +1042,21 @@ def _stage_starts(device: Device, item_bytes: list[tuple[int, ...]], pp: int,
     """First item of each stage: equal bytes per stage when a balanced cut fits, else an even
     split of the items (the capacity check then says what is short, or the tiered policy
     spills). ``pp`` is at most the items (:func:`fold_pipeline` folds a longer one)."""
+    cut = _balanced_cut(device, item_bytes, pp, policy)
+    if cut is not None:
+        return cut
+    return [round(s * len(item_bytes) / pp) for s in range(pp)]
+
+
+def _balanced_cut(device: Device, item_bytes: list[tuple[int, ...]], pp: int,
+                  policy: str) -> list[int] | None:
+    """The balanced cut of the items into ``pp`` stages that fits, or None."""
     n_tiers = len(device.tiers)
     capacity = tuple(t.capacity for t in device.tiers)
     if policy != "sram-resident":
         capacity = (sum(capacity),) * n_tiers   # balance bytes, not the on-chip cache
         item_bytes = [(sum(b),) * n_tiers for b in item_bytes]
-    cut = balanced_stages(item_bytes, capacity, pp)
-    if cut is not None:
-        return cut
-    return [round(s * len(item_bytes) / pp) for s in range(pp)]
+    return balanced_stages(item_bytes, capacity, pp)
 
 
 def _plan_stage(device: Device, model: Model, workload: Decode, policy: str, sh: Shard,
