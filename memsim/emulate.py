@@ -16,7 +16,7 @@ from memsim.model import Model
 from memsim.plan import Plan, SystemPlan, plan_system
 from memsim.routing import Router
 from memsim.runtime import Runtime
-from memsim.report import ChipHoldings, Report, StepCounts, StepSummary, summarize
+from memsim.report import ChipHoldings, OpGroups, Report, StepCounts, StepSummary, summarize
 from memsim.workload import Decode, Prefill
 
 
@@ -228,6 +228,8 @@ class SystemRun:
         self.energy = tuple(float(e) for e in stages[0].tier_energy_j_per_byte)
         self.host_s = host_time_per_step(stages[0].runtime)
         self.static_power_w = (system.device.idle_power_w or 0.0) * system.chips
+        self.groups = OpGroups(len(stages[0].tier_names), self.op_stage, self.op_micro,
+                               self.weight_ops, kind)
         self.summaries: list[StepSummary] = []
         self.cold: StepCounts | None = None
         self.warm: StepCounts | None = None
@@ -253,7 +255,8 @@ class SystemRun:
                             peers=peers, peer_ops=self.peer_ops,
                             op_layer=self.op_int[:, k.C_LAYER] if system.parallel_stages
                             else None, op_kind=self.op_int[:, k.C_KIND],
-                            host_s=self.host_s, static_power_w=self.static_power_w)
+                            host_s=self.host_s, static_power_w=self.static_power_w,
+                            groups=self.groups)
         self.summaries.append(summary)
         self.cold = counts if self.cold is None else self.cold
         self.warm = counts
