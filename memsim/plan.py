@@ -40,6 +40,7 @@ import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -206,7 +207,11 @@ def kv_cache_bytes(model: Model, workload: Decode, tokens: int, granularity: int
 def stream_format(workload: Decode) -> Format:
     """The residual stream's type (norms, attention, collectives): the activations' when they are
     a 16- or 32-bit float, else BF16 (quantized activations are a matmul's input only)."""
-    act = get_format(workload.activations)
+    return _stream_type(workload.activations)
+
+
+def _stream_type(activations: str) -> Format:
+    act = get_format(activations)
     return act if act.compute in FLOAT16_TYPES + ("fp32",) else get_format("bf16")
 
 
@@ -334,8 +339,7 @@ def layer_name(name: str, layer: int) -> str:
     return ".".join(parts)
 
 
-@dataclass(frozen=True)
-class _Item:
+class _Item(NamedTuple):
     """A pipeline item (the embedding, a layer, the head): its tensors as built for the first
     layer of its shape (``specs``, numbered ``shape``), which stand for ``layer``'s own."""
 
@@ -580,25 +584,27 @@ def place_items(placer: _Placer, items: Sequence[_Item], kv_heads: int,
         if one.shape not in position:
             position[one.shape] = len(first)
             first.append(i)
-    of_item = [position[one.shape] for one in items]
+    of_item = np.array([position[one.shape] for one in items], dtype=np.int64)
     specs: list[_Spec] = []
-    rows = []              # per block row (the weights, then each microbatch): spec ids by item
-    for micro in range(-1, microbatches):               # -1: the weights
-        by_shape = []
-        for f in first:
+    # per block row (the weights, then each microbatch) and distinct shape: its first spec id
+    # and how many specs it has
+    first_id = np.zeros((microbatches + 1, len(first)), dtype=np.int64)
+    count = np.zeros_like(first_id)
+    for row, micro in enumerate(range(-1, microbatches)):       # -1: the weights
+        for j, f in enumerate(first):
             chosen = [_kv_spec(s, micro, kv_heads, microbatch) for s in items[f].specs
                       if (s.kind == "weight") == (micro < 0)]
-            by_shape.append(np.arange(len(specs), len(specs) + len(chosen)))
+            first_id[row, j], count[row, j] = len(specs), len(chosen)
             specs += chosen
-        rows.append([by_shape[j] for j in of_item])
-    blocks = [ids for row in rows for ids in row]
-    spec = np.concatenate(blocks) if blocks else np.zeros(0, np.int64)
-    sizes = np.array([len(ids) for ids in blocks], dtype=np.int64)
-    ends = np.cumsum(sizes).reshape(microbatches + 1, len(items))
-    starts = ends - sizes.reshape(ends.shape)
-    block_start = np.hstack([starts, ends[:, -1:]])
-    layer = np.repeat(np.tile([item.layer for item in items], microbatches + 1), sizes)
-    item = np.repeat(np.tile(np.arange(len(items)), microbatches + 1), sizes)
+    sizes = count[:, of_item]                       # [block row, item]
+    flat = sizes.ravel()
+    ends = np.cumsum(flat)
+    starts = ends - flat
+    block_start = np.hstack([starts.reshape(sizes.shape), ends.reshape(sizes.shape)[:, -1:]])
+    spec = (np.arange(int(ends[-1]) if len(ends) else 0, dtype=np.int64)
+            + np.repeat(first_id[:, of_item].ravel() - starts, flat))
+    layer = np.repeat(np.tile([item.layer for item in items], microbatches + 1), flat)
+    item = np.repeat(np.tile(np.arange(len(items)), microbatches + 1), flat)
     home, home_hi, split, tier_bytes = placer.place_all(specs, spec, layer)
     n = len(spec)
     return TensorTable(tuple(specs), spec, layer, item, home, home_hi, split,
@@ -653,14 +659,43 @@ def _item_specs(model: Model, workload: Decode, sh: Shard, tile_n: int, final_to
     the routed ``experts`` (all of them unless given) and the shared ones.
 
     A layer whose kind and formats match an earlier layer's shares its specs (``_Item.shape``);
-    without ``replicate`` every layer is built on its own (the reference, test_plan_shapes)."""
-    experts = range(model.experts) if experts is None else experts
-    formats = _weight_formats(workload.weights)
-    n_experts = model.experts if model.is_moe else 0
-    act = stream_format(workload)
-    h, hd = model.hidden, model.head_dim
-    row_bits = kv_row_bits(model, get_format(workload.kv))
+    without ``replicate`` every layer is built on its own (the reference, test_plan_shapes).
+    The items depend on the batch and context only through each layer's KV cache: they are
+    built once per process for the rest (:func:`_shaped_items`) and the caches' blocks and
+    sequences set here."""
+    chunk_blocks = (-(-(workload.prefill_context + workload.steps * workload.prefill_chunk)
+                      // workload.kv_block) if workload.prefill_chunk else 0)
+    items = _shaped_items(model, workload.weights, workload.kv, workload.activations,
+                          chunk_blocks, workload.draft_heads, sh, tile_n, experts, replicate)
     blocks = -(-final_tokens // workload.kv_block)
+    return _with_kv_blocks(items, blocks, sequences * sh.kv_heads)
+
+
+def _with_kv_blocks(items: tuple[_Item, ...], blocks: int, streams: int) -> list[_Item]:
+    """``items`` with each layer's KV cache (not a prompt chunk's) of ``blocks`` blocks for
+    ``streams`` sequences x KV heads; items of one shape keep sharing their specs."""
+    swapped = {id(specs): tuple(dataclasses.replace(s, rows=blocks, units=blocks,
+                                                     sequences=streams)
+                                 if s.kind == "kv" and not s.chunk else s for s in specs)
+               for specs in {id(item.specs): item.specs for item in items}.values()}
+    new = tuple.__new__      # _Item's own constructor, without its per-call argument handling
+    return [new(_Item, (swapped[id(item.specs)], item.layer, item.shape)) for item in items]
+
+
+@functools.lru_cache(maxsize=256)
+def _shaped_items(model: Model, weights: object, kv: str, activations: str, chunk_blocks: int,
+                  draft_heads: int, sh: Shard, tile_n: int, experts: range | None,
+                  replicate: bool) -> tuple[_Item, ...]:
+    """The items of :func:`_item_specs` with every layer's KV cache empty (no blocks, no
+    sequences): what depends on the model, the formats and the shard, not on the batch or the
+    context (immutable values, shared by every plan of a process)."""
+    experts = range(model.experts) if experts is None else experts
+    formats = _weight_formats(weights)
+    n_experts = model.experts if model.is_moe else 0
+    act = _stream_type(activations)
+    kvfmt = get_format(kv)
+    h, hd = model.hidden, model.head_dim
+    row_bits = kv_row_bits(model, kvfmt)
 
     def fmt(stored_as: str, layer: int, full_k: int) -> Format:
         """The checkpoint's format of a tensor (``full_k``: its unsharded row length)."""
@@ -705,18 +740,15 @@ def _item_specs(model: Model, workload: Decode, sh: Shard, tile_n: int, final_to
                 weight("qkv", layer, sh.heads * rank, nope, name=f"w_uk.{layer}", stored_as="k",
                        full_k=nope)]
 
-    chunk_blocks = -(-(workload.prefill_context + workload.steps * workload.prefill_chunk)
-                     // workload.kv_block)
     def layer_specs(layer: int) -> list[_Spec]:
-        chunk_kv = [_Spec(f"chunk_kv.{layer}", "kv", "kv", layer, get_format(workload.kv),
-                          chunk_blocks, row_bits, chunk_blocks, sh.kv_heads, chunk=True)
-                    ] if workload.prefill_chunk else []
+        chunk_kv = [_Spec(f"chunk_kv.{layer}", "kv", "kv", layer, kvfmt, chunk_blocks,
+                          row_bits, chunk_blocks, sh.kv_heads, chunk=True)
+                    ] if chunk_blocks else []
         value = model.v_head_dim if model.is_mla else hd      # an output head's width
         item = [
             norm("attn_norm", layer),
             *(mla(layer) if model.is_mla else qkv(layer)),
-            _Spec(f"kv.{layer}", "kv", "kv", layer, get_format(workload.kv), blocks, row_bits,
-                  blocks, sequences * sh.kv_heads),
+            _Spec(f"kv.{layer}", "kv", "kv", layer, kvfmt, 0, row_bits, 0, 0),
             *chunk_kv,
             *([weight("qkv", layer, sh.heads * value, model.kv_lora_rank, name=f"w_uv.{layer}",
                       stored_as="v", full_k=model.kv_lora_rank)] if model.is_mla else []),
@@ -745,13 +777,13 @@ def _item_specs(model: Model, workload: Decode, sh: Shard, tile_n: int, final_to
         return item
 
     head = [norm("final_norm", -1), weight("lm_head", -1, sh.vocab_rows, h)]
-    for i in range(workload.draft_heads):
+    for i in range(draft_heads):
         head.append(weight("draft_head", -1, h, h, name=f"draft_head_res.{i}"))
         head.append(weight("draft_head", -1, sh.vocab_rows, h, name=f"draft_head_lm.{i}"))
     embedding = _Spec("embedding", "weight", "embedding", -1, fmt("embedding", -1, h),
                       sh.vocab_rows, h, sh.vocab_rows)
     layers = _layer_items(model, formats, layer_specs, replicate)
-    return [_Item((embedding,), -1, 0), *layers, _Item(tuple(head), -1, model.layers + 1)]
+    return (_Item((embedding,), -1, 0), *layers, _Item(tuple(head), -1, model.layers + 1))
 
 
 def _layer_items(model: Model, formats: WeightFormats, layer_specs, replicate: bool) -> list[_Item]:
