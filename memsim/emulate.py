@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from dataclasses import replace
 from itertools import chain
 from typing import Any
@@ -151,6 +152,26 @@ def host_time_per_step(stack: Runtime) -> float:
             + (stack.graph_launch_s if stack.graph else 0.0))
 
 
+def workload_fields(workload: Decode) -> dict[str, Any]:
+    """``workload.to_dict()``, worked out once per workload (a frozen value) and copied for
+    each report, so that no two reports share a mutable dict or list."""
+    return _copied(_fields_of(workload))
+
+
+@functools.lru_cache(maxsize=256)
+def _fields_of(workload: Decode) -> dict[str, Any]:
+    return workload.to_dict()
+
+
+def _copied(value: Any) -> Any:
+    """``value`` with its dicts and lists copied, all the way down."""
+    if isinstance(value, dict):
+        return {key: _copied(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_copied(item) for item in value]
+    return value
+
+
 def _concatenate(parts: list[StepCounts]) -> StepCounts:
     """One step of every stage, ops in stage order."""
     if len(parts) == 1:
@@ -270,7 +291,7 @@ class SystemRun:
                                       weights=p.bytes_by_tier("weight"), kv=p.bytes_by_tier("kv"),
                                       spilled=p.spilled) for p in stages)
         return Report(
-            device=dev.name, model=system.model.name, workload=workload.to_dict(),
+            device=dev.name, model=system.model.name, workload=workload_fields(workload),
             tier_names=stages[0].tier_names, clock_hz=dev.clock_hz,
             tokens_per_step=workload.batch * workload.new_tokens,
             new_tokens=workload.new_tokens,

@@ -49,6 +49,7 @@ from memsim.errors import CapacityError, ConfigError
 from memsim.checkpoints import WeightFormats, weight_formats
 from memsim.formats import Format, get_format
 from memsim.kernels import step as k
+from memsim.kernels.bounds import lru_tiles
 from memsim.limits import check_sizes
 from memsim.layout import (PlacementRule, Shard, balanced_stages, collective_steps,
                            default_homes, parse_placement, policies, shard, spill_tier)
@@ -603,8 +604,9 @@ def place_items(placer: _Placer, items: Sequence[_Item], kv_heads: int,
     block_start = np.hstack([starts.reshape(sizes.shape), ends.reshape(sizes.shape)[:, -1:]])
     spec = (np.arange(int(ends[-1]) if len(ends) else 0, dtype=np.int64)
             + np.repeat(first_id[:, of_item].ravel() - starts, flat))
-    layer = np.repeat(np.tile([item.layer for item in items], microbatches + 1), flat)
-    item = np.repeat(np.tile(np.arange(len(items)), microbatches + 1), flat)
+    layer = np.repeat(np.array([item.layer for item in items] * (microbatches + 1),
+                               dtype=np.int64), flat)
+    item = np.repeat(np.arange((microbatches + 1) * len(items)) % max(len(items), 1), flat)
     home, home_hi, split, tier_bytes = placer.place_all(specs, spec, layer)
     n = len(spec)
     return TensorTable(tuple(specs), spec, layer, item, home, home_hi, split,
@@ -1298,44 +1300,56 @@ def _plan_stage(device: Device, model: Model, workload: Decode, policy: str, sh:
     layers: list[int] = []
     for micro in range(workload.microbatches):
         suffix = f".mb{micro}" if micro else ""
-        for item_no in range(first_item, first_item + len(items)):
+        item_no, end = first_item, first_item + len(items)
+        while item_no < end:
             if item_no == 0:
                 item_tensor_ids(0, micro)
                 add_op("embed", k.OP_EMBED, -1, index["embedding"],
                        table.fmt(index["embedding"]), m=m_rows, kk=h, n=model.vocab)
                 all_reduce("embed_allreduce", -1, h)
-            elif item_no <= model.layers:
-                layer = item_no - 1
-                if micro == 0:
-                    layers.append(layer)
+                item_no += 1
+                continue
+            if item_no <= model.layers:        # a run of layers of one shape
                 item = items[item_no - first_item]
-                key = (micro, item.shape) if replicate else None
+                run_end = item_no + 1
+                while (replicate and run_end < end and run_end <= model.layers
+                       and items[run_end - first_item].shape == item.shape):
+                    run_end += 1
+                if micro == 0:
+                    layers.extend(range(item_no - 1, run_end - 1))
+                key = (micro, item.shape)
                 shape = templates.get(key) if replicate else None
                 if shape is None:
                     start = len(rows)
                     ids = item_tensor_ids(item_no - first_item, micro)
-                    build_layer(layer, suffix)
+                    build_layer(item_no - 1, suffix)
                     if replicate:
-                        templates[key] = _LayerTemplate.of(rows, start, ids, layer,
-                                                          workload.microbatches)
-                    continue
-                if len(rows) > built:
-                    pieces.append(("rows", built, len(rows)))
-                    built = len(rows)
-                last = pieces[-1] if pieces else None
-                if last is not None and last[0] == "copies" and last[1] is shape:
-                    last[2].append(layer)
-                    last[3].append(item_no - first_item)
-                else:
-                    pieces.append(("copies", shape, [layer], [item_no - first_item], micro))
-            else:
-                item_tensor_ids(item_no - first_item, micro)
-                norm("final_norm", -1, 1)
-                matmul("lm_head", -1, h, sh.vocab_rows, rows=head_rows)
-                all_reduce("logits_allgather", -1, sh.vocab_rows * sh.tp, passes=1)
-                for i in range(workload.draft_heads):     # on the last accepted position only
-                    matmul("draft_head_res", -1, h, h, f"draft_head_res.{i}", rows=mb)
-                    matmul("draft_head_lm", -1, h, sh.vocab_rows, f"draft_head_lm.{i}", rows=mb)
+                        shape = templates[key] = _LayerTemplate.of(
+                            rows, start, ids, item_no - 1, workload.microbatches)
+                    item_no += 1
+                if item_no < run_end:           # the others: copies of the shape's rows
+                    if len(rows) > built:
+                        pieces.append(("rows", built, len(rows)))
+                        built = len(rows)
+                    last = pieces[-1] if pieces else None
+                    copied = range(item_no - 1, run_end - 1)
+                    if last is not None and last[0] == "copies" and last[1] is shape:
+                        last[2].extend(copied)
+                        last[3].extend(range(item_no - first_item, run_end - first_item))
+                    else:
+                        pieces.append(("copies", shape, list(copied),
+                                       list(range(item_no - first_item, run_end - first_item)),
+                                       micro))
+                item_no = run_end
+                continue
+            item_tensor_ids(item_no - first_item, micro)
+            norm("final_norm", -1, 1)
+            matmul("lm_head", -1, h, sh.vocab_rows, rows=head_rows)
+            all_reduce("logits_allgather", -1, sh.vocab_rows * sh.tp, passes=1)
+            for i in range(workload.draft_heads):     # on the last accepted position only
+                matmul("draft_head_res", -1, h, h, f"draft_head_res.{i}", rows=mb)
+                matmul("draft_head_lm", -1, h, sh.vocab_rows, f"draft_head_lm.{i}", rows=mb)
+            item_no += 1
         if expert_chip >= 0:
             continue                    # expert-parallel chips are side by side, not a pipeline
         if stage < stages - 1:
@@ -1445,8 +1459,10 @@ def _assemble(pieces: list[tuple], table: TensorTable, rows: list[list[int]], fl
             ids = table.id_matrix(np.asarray(items, dtype=np.int64), item_micro)
             ints.append(template.copies(layers, ids))
         out_floats.append(built_floats[a:b] if count == 1
-                          else np.tile(built_floats[a:b], (count, 1)))
-        out_micro.append(built_micro[a:b] if count == 1 else np.tile(built_micro[a:b], count))
+                          else np.repeat(built_floats[None, a:b], count, axis=0).reshape(
+                              -1, k.N_FLOAT_COLS))
+        out_micro.append(built_micro[a:b] if count == 1
+                         else np.repeat(built_micro[None, a:b], count, axis=0).ravel())
         out_names += names[a:b] * count
         out_formats += formats[a:b] * count
     if not pieces:
@@ -1575,40 +1591,24 @@ def _max_lru_entries(op_int: np.ndarray, capacity_bits: int, workload: Decode,
                      tiers: tuple) -> int:
     """An upper bound on tiles the LRU can hold at once: the distinct tiles of the ops' tensors
     that are neither on chip nor pinned, and at most the on-chip capacity over the smallest
-    (``op_int``: with its TENSOR_COLUMNS set, :func:`_set_tensor_columns`)."""
+    (``op_int``: with its TENSOR_COLUMNS set, :func:`_set_tensor_columns`;
+    :func:`memsim.kernels.bounds.lru_tiles`)."""
     if capacity_bits == 0:
         return 1
     granularity = np.array([t.granularity for t in tiers], dtype=np.int64)
-    kind = op_int[:, k.C_KIND]
-    cached = ((op_int[:, k.C_TENSOR] >= 0) & (kind != k.OP_KV_APPEND)
-              & (op_int[:, k.C_PINNED] == 0)
-              & ~((op_int[:, k.C_HOME] == 0) & (op_int[:, k.C_HOME_HI] == 0)))
-    if not cached.any():
+    distinct, smallest = lru_tiles(op_int, _LRU_COLUMNS, _LRU_KINDS, workload.steps,
+                                   workload.kv_block, granularity)
+    if smallest < 0:
         return 1
-    rows, kind = op_int[cached], kind[cached]
-    where = rows[:, [k.C_HOME, k.C_HOME_HI]]
-    col = {name: rows[:, c] for name, c in (("tk", k.C_TILE_K), ("tn", k.C_TILE_N), ("k", k.C_K),
-                                           ("n", k.C_N), ("m", k.C_M), ("elem", k.C_ELEM_BITS))}
-    bits = col["k"] * col["elem"]                  # an embedding row, a norm's vector
-    distinct = np.where(kind == k.OP_EMBED, col["m"] * workload.steps, 1)
-    matmul = kind == k.OP_MATMUL
-    if matmul.any():
-        tk, tn, kk, n = (col[x][matmul] for x in ("tk", "tn", "k", "n"))
-        min_k = np.minimum(tk, np.where(kk % tk == 0, tk, kk % tk))
-        min_n = np.minimum(tn, np.where(n % tn == 0, tn, n % tn))
-        bits[matmul] = min_k * min_n * col["elem"][matmul]
-        distinct[matmul] = -(-kk // tk) * -(-n // tn)
-    attention = kind == k.OP_ATTENTION
-    if attention.any():
-        att = rows[attention]
-        grain = np.minimum(granularity[where[attention, 0]], granularity[where[attention, 1]])
-        block_bytes = -(-(workload.kv_block * att[:, k.C_KV_ROW_BITS]) // 8)
-        bits[attention] = 8 * (-(-block_bytes // grain) * grain)
-        # K and V (or MLA's one latent) of each head
-        streams = att[:, k.C_KV_PARTS] * att[:, k.C_BATCH] * att[:, k.C_KV_HEADS]
-        distinct[attention] = streams * att[:, k.C_KV_MAX_BLOCKS]
-    smallest = int(bits.min())
-    return int(max(1, min(int(distinct.sum()), capacity_bits // max(smallest, 1) + 1)))
+    return int(max(1, min(distinct, capacity_bits // max(smallest, 1) + 1)))
+
+
+# The op-table columns and op kinds memsim.kernels.bounds.lru_tiles reads, in its order.
+_LRU_COLUMNS = np.array([k.C_KIND, k.C_TENSOR, k.C_PINNED, k.C_HOME, k.C_HOME_HI, k.C_TILE_K,
+                         k.C_TILE_N, k.C_K, k.C_N, k.C_M, k.C_ELEM_BITS, k.C_KV_ROW_BITS,
+                         k.C_KV_PARTS, k.C_BATCH, k.C_KV_HEADS, k.C_KV_MAX_BLOCKS],
+                        dtype=np.int64)
+_LRU_KINDS = np.array([k.OP_EMBED, k.OP_MATMUL, k.OP_ATTENTION, k.OP_KV_APPEND], dtype=np.int64)
 
 
 # Device figures that change no count, only time and energy: a plan made for one value serves
