@@ -1403,6 +1403,7 @@ def _plan_stage(device: Device, model: Model, workload: Decode, policy: str, sh:
 # shape key, so a copy never changes it.
 REPLICATED_COLUMNS = (k.C_LAYER, k.C_TENSOR, k.C_ROUTE)
 TENSOR_COLUMNS = (k.C_HOME, k.C_HOME_HI, k.C_SPLIT, k.C_PINNED)   # read off the op's tensor
+_TENSOR_COLUMN_IDS = np.array(TENSOR_COLUMNS, dtype=np.int64)
 
 
 @dataclass(frozen=True)
@@ -1475,9 +1476,9 @@ def _set_tensor_columns(op_int: np.ndarray, placed: np.ndarray) -> None:
     """Fill TENSOR_COLUMNS of every op that reads a tensor from ``placed`` ([tensor, column]:
     the placed tensors' home, home_hi, split and pinned flag)."""
     tensor = op_int[:, k.C_TENSOR]
-    has = tensor >= 0
-    if has.any():
-        op_int[np.ix_(has, TENSOR_COLUMNS)] = placed[tensor[has]]
+    rows = np.flatnonzero(tensor >= 0)
+    if len(rows):
+        op_int[rows[:, None], _TENSOR_COLUMN_IDS] = placed[tensor[rows]]
 
 
 def _need(tensors: list[Tensor]) -> dict[int, int]:
