@@ -397,6 +397,8 @@ class _Placer:
         width = 3 + len(self.granularity)
         per_spec = np.array([self.place(s) for s in specs], dtype=np.int64).reshape(-1, width)
         out = per_spec[spec]
+        if not self.rules:          # the policy's homes alone: every layer's tensor alike
+            return out[:, 0], out[:, 1], out[:, 2], out[:, 3:]
         by_layer = np.array([self._layer_dependent(s) for s in specs], dtype=bool)
         for t in np.flatnonzero(by_layer[spec]).tolist():
             out[t] = self.place(specs[spec[t]].in_layer(int(layer[t])))
