@@ -8,7 +8,8 @@ stage and step) and report (the rest of ``memsim.emulate.run_system``: summaries
     python benchmarks/bench_point.py --profile        # where plan and run_system spend, by function
 
 Each phase is timed on its own with ``time.perf_counter`` and its median over the repeats is
-printed, with the median of the whole point (``memsim.emulate`` on catalog names) beside it.
+printed, with the median of the whole point (``memsim.emulate`` on catalog names) beside it and
+the point's ratio to its walk, both measured in the same run.
 The machine may be shared: compare figures from one run, not across runs.
 """
 
@@ -143,13 +144,15 @@ def main() -> None:
     print(f"{args.device}, batch {args.batch}, context {args.context}, weights {args.weights}, "
           f"median of {args.repeats} in a warm process (ms)")
     print(f"{'model':28s} {'resolve':>8s} {'plan':>8s} {'walk':>8s} {'report':>8s} "
-          f"{'sum':>8s} {'emulate':>8s}")
+          f"{'sum':>8s} {'emulate':>8s} {'/ walk':>7s}")
     for model_name in MODELS:
         m = phases(args.device, model_name, workload, args.repeats)
         total = m["resolve"] + m["plan"] + m["walk"] + m["report"]
         print(f"{model_name:28s} " + " ".join(
             f"{m[name] * 1e3:8.3f}" for name in ("resolve", "plan", "walk", "report"))
-            + f" {total * 1e3:8.3f} {m['point'] * 1e3:8.3f}")
+            + f" {total * 1e3:8.3f} {m['point'] * 1e3:8.3f} {m['point'] / m['walk']:6.1f}x")
+    print("/ walk: the whole point over its kernel calls alone, both measured in this run "
+          "(what the Python around the walk costs, whatever the machine's load)")
 
 
 if __name__ == "__main__":

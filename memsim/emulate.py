@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from dataclasses import replace
 from itertools import chain
 from typing import Any
@@ -16,7 +17,7 @@ from memsim.model import Model
 from memsim.plan import Plan, SystemPlan, plan_system
 from memsim.routing import Router
 from memsim.runtime import Runtime
-from memsim.report import ChipHoldings, Report, StepCounts, StepSummary, summarize
+from memsim.report import ChipHoldings, OpGroups, Report, StepCounts, StepSummary, summarize
 from memsim.workload import Decode, Prefill
 
 
@@ -152,6 +153,26 @@ def host_time_per_step(stack: Runtime, stages: int = 1) -> float:
             + (stack.graph_launch_s if stack.graphed(stages) else 0.0))
 
 
+def workload_fields(workload: Decode) -> dict[str, Any]:
+    """``workload.to_dict()``, worked out once per workload (a frozen value) and copied for
+    each report, so that no two reports share a mutable dict or list."""
+    return _copied(_fields_of(workload))
+
+
+@functools.lru_cache(maxsize=256)
+def _fields_of(workload: Decode) -> dict[str, Any]:
+    return workload.to_dict()
+
+
+def _copied(value: Any) -> Any:
+    """``value`` with its dicts and lists copied, all the way down."""
+    if isinstance(value, dict):
+        return {key: _copied(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_copied(item) for item in value]
+    return value
+
+
 def _concatenate(parts: list[StepCounts]) -> StepCounts:
     """One step of every stage, ops in stage order."""
     if len(parts) == 1:
@@ -230,6 +251,8 @@ class SystemRun:
         self.host_s = host_time_per_step(stages[0].runtime,
                                          1 if system.parallel_stages else len(stages))
         self.static_power_w = (system.device.idle_power_w or 0.0) * system.chips
+        self.groups = OpGroups(len(stages[0].tier_names), self.op_stage, self.op_micro,
+                               self.weight_ops, kind)
         self.summaries: list[StepSummary] = []
         self.cold: StepCounts | None = None
         self.warm: StepCounts | None = None
@@ -255,7 +278,8 @@ class SystemRun:
                             peers=peers, peer_ops=self.peer_ops,
                             op_layer=self.op_int[:, k.C_LAYER] if system.parallel_stages
                             else None, op_kind=self.op_int[:, k.C_KIND],
-                            host_s=self.host_s, static_power_w=self.static_power_w)
+                            host_s=self.host_s, static_power_w=self.static_power_w,
+                            groups=self.groups)
         self.summaries.append(summary)
         self.cold = counts if self.cold is None else self.cold
         self.warm = counts
@@ -269,7 +293,7 @@ class SystemRun:
                                       weights=p.bytes_by_tier("weight"), kv=p.bytes_by_tier("kv"),
                                       spilled=p.spilled) for p in stages)
         return Report(
-            device=dev.name, model=system.model.name, workload=workload.to_dict(),
+            device=dev.name, model=system.model.name, workload=workload_fields(workload),
             tier_names=stages[0].tier_names, clock_hz=dev.clock_hz,
             tokens_per_step=workload.batch * workload.new_tokens,
             new_tokens=workload.new_tokens,

@@ -40,6 +40,7 @@ import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -49,6 +50,7 @@ from memsim.checkpoints import WeightFormats, weight_formats
 from memsim.formats import Format, get_format
 from memsim.handoff import handoff_seconds
 from memsim.kernels import step as k
+from memsim.kernels.bounds import lru_tiles
 from memsim.limits import check_sizes
 from memsim.layout import (PlacementRule, Shard, balanced_stages, collective_steps,
                            default_homes, parse_placement, policies, shard, spill_tier)
@@ -211,7 +213,11 @@ def kv_cache_bytes(model: Model, workload: Decode, tokens: int, granularity: int
 def stream_format(workload: Decode) -> Format:
     """The residual stream's type (norms, attention, collectives): the activations' when they are
     a 16- or 32-bit float, else BF16 (quantized activations are a matmul's input only)."""
-    act = get_format(workload.activations)
+    return _stream_type(workload.activations)
+
+
+def _stream_type(activations: str) -> Format:
+    act = get_format(activations)
     return act if act.compute in FLOAT16_TYPES + ("fp32",) else get_format("bf16")
 
 
@@ -340,8 +346,7 @@ def layer_name(name: str, layer: int) -> str:
     return ".".join(parts)
 
 
-@dataclass(frozen=True)
-class _Item:
+class _Item(NamedTuple):
     """A pipeline item (the embedding, a layer, the head): its tensors as built for the first
     layer of its shape (``specs``, numbered ``shape``), which stand for ``layer``'s own."""
 
@@ -398,6 +403,8 @@ class _Placer:
         width = 3 + len(self.granularity)
         per_spec = np.array([self.place(s) for s in specs], dtype=np.int64).reshape(-1, width)
         out = per_spec[spec]
+        if not self.rules:          # the policy's homes alone: every layer's tensor alike
+            return out[:, 0], out[:, 1], out[:, 2], out[:, 3:]
         by_layer = np.array([self._layer_dependent(s) for s in specs], dtype=bool)
         for t in np.flatnonzero(by_layer[spec]).tolist():
             out[t] = self.place(specs[spec[t]].in_layer(int(layer[t])))
@@ -586,25 +593,28 @@ def place_items(placer: _Placer, items: Sequence[_Item], kv_heads: int,
         if one.shape not in position:
             position[one.shape] = len(first)
             first.append(i)
-    of_item = [position[one.shape] for one in items]
+    of_item = np.array([position[one.shape] for one in items], dtype=np.int64)
     specs: list[_Spec] = []
-    rows = []              # per block row (the weights, then each microbatch): spec ids by item
-    for micro in range(-1, microbatches):               # -1: the weights
-        by_shape = []
-        for f in first:
+    # per block row (the weights, then each microbatch) and distinct shape: its first spec id
+    # and how many specs it has
+    first_id = np.zeros((microbatches + 1, len(first)), dtype=np.int64)
+    count = np.zeros_like(first_id)
+    for row, micro in enumerate(range(-1, microbatches)):       # -1: the weights
+        for j, f in enumerate(first):
             chosen = [_kv_spec(s, micro, kv_heads, microbatch) for s in items[f].specs
                       if (s.kind == "weight") == (micro < 0)]
-            by_shape.append(np.arange(len(specs), len(specs) + len(chosen)))
+            first_id[row, j], count[row, j] = len(specs), len(chosen)
             specs += chosen
-        rows.append([by_shape[j] for j in of_item])
-    blocks = [ids for row in rows for ids in row]
-    spec = np.concatenate(blocks) if blocks else np.zeros(0, np.int64)
-    sizes = np.array([len(ids) for ids in blocks], dtype=np.int64)
-    ends = np.cumsum(sizes).reshape(microbatches + 1, len(items))
-    starts = ends - sizes.reshape(ends.shape)
-    block_start = np.hstack([starts, ends[:, -1:]])
-    layer = np.repeat(np.tile([item.layer for item in items], microbatches + 1), sizes)
-    item = np.repeat(np.tile(np.arange(len(items)), microbatches + 1), sizes)
+    sizes = count[:, of_item]                       # [block row, item]
+    flat = sizes.ravel()
+    ends = np.cumsum(flat)
+    starts = ends - flat
+    block_start = np.hstack([starts.reshape(sizes.shape), ends.reshape(sizes.shape)[:, -1:]])
+    spec = (np.arange(int(ends[-1]) if len(ends) else 0, dtype=np.int64)
+            + np.repeat(first_id[:, of_item].ravel() - starts, flat))
+    layer = np.repeat(np.array([item.layer for item in items] * (microbatches + 1),
+                               dtype=np.int64), flat)
+    item = np.repeat(np.arange((microbatches + 1) * len(items)) % max(len(items), 1), flat)
     home, home_hi, split, tier_bytes = placer.place_all(specs, spec, layer)
     n = len(spec)
     return TensorTable(tuple(specs), spec, layer, item, home, home_hi, split,
@@ -659,14 +669,43 @@ def _item_specs(model: Model, workload: Decode, sh: Shard, tile_n: int, final_to
     the routed ``experts`` (all of them unless given) and the shared ones.
 
     A layer whose kind and formats match an earlier layer's shares its specs (``_Item.shape``);
-    without ``replicate`` every layer is built on its own (the reference, test_plan_shapes)."""
-    experts = range(model.experts) if experts is None else experts
-    formats = _weight_formats(workload.weights)
-    n_experts = model.experts if model.is_moe else 0
-    act = stream_format(workload)
-    h, hd = model.hidden, model.head_dim
-    row_bits = kv_row_bits(model, get_format(workload.kv))
+    without ``replicate`` every layer is built on its own (the reference, test_plan_shapes).
+    The items depend on the batch and context only through each layer's KV cache: they are
+    built once per process for the rest (:func:`_shaped_items`) and the caches' blocks and
+    sequences set here."""
+    chunk_blocks = (-(-(workload.prefill_context + workload.steps * workload.prefill_chunk)
+                      // workload.kv_block) if workload.prefill_chunk else 0)
+    items = _shaped_items(model, workload.weights, workload.kv, workload.activations,
+                          chunk_blocks, workload.draft_heads, sh, tile_n, experts, replicate)
     blocks = -(-final_tokens // workload.kv_block)
+    return _with_kv_blocks(items, blocks, sequences * sh.kv_heads)
+
+
+def _with_kv_blocks(items: tuple[_Item, ...], blocks: int, streams: int) -> list[_Item]:
+    """``items`` with each layer's KV cache (not a prompt chunk's) of ``blocks`` blocks for
+    ``streams`` sequences x KV heads; items of one shape keep sharing their specs."""
+    swapped = {id(specs): tuple(dataclasses.replace(s, rows=blocks, units=blocks,
+                                                     sequences=streams)
+                                 if s.kind == "kv" and not s.chunk else s for s in specs)
+               for specs in {id(item.specs): item.specs for item in items}.values()}
+    new = tuple.__new__      # _Item's own constructor, without its per-call argument handling
+    return [new(_Item, (swapped[id(item.specs)], item.layer, item.shape)) for item in items]
+
+
+@functools.lru_cache(maxsize=256)
+def _shaped_items(model: Model, weights: object, kv: str, activations: str, chunk_blocks: int,
+                  draft_heads: int, sh: Shard, tile_n: int, experts: range | None,
+                  replicate: bool) -> tuple[_Item, ...]:
+    """The items of :func:`_item_specs` with every layer's KV cache empty (no blocks, no
+    sequences): what depends on the model, the formats and the shard, not on the batch or the
+    context (immutable values, shared by every plan of a process)."""
+    experts = range(model.experts) if experts is None else experts
+    formats = _weight_formats(weights)
+    n_experts = model.experts if model.is_moe else 0
+    act = _stream_type(activations)
+    kvfmt = get_format(kv)
+    h, hd = model.hidden, model.head_dim
+    row_bits = kv_row_bits(model, kvfmt)
 
     def fmt(stored_as: str, layer: int, full_k: int) -> Format:
         """The checkpoint's format of a tensor (``full_k``: its unsharded row length)."""
@@ -711,18 +750,15 @@ def _item_specs(model: Model, workload: Decode, sh: Shard, tile_n: int, final_to
                 weight("qkv", layer, sh.heads * rank, nope, name=f"w_uk.{layer}", stored_as="k",
                        full_k=nope)]
 
-    chunk_blocks = -(-(workload.prefill_context + workload.steps * workload.prefill_chunk)
-                     // workload.kv_block)
     def layer_specs(layer: int) -> list[_Spec]:
-        chunk_kv = [_Spec(f"chunk_kv.{layer}", "kv", "kv", layer, get_format(workload.kv),
-                          chunk_blocks, row_bits, chunk_blocks, sh.kv_heads, chunk=True)
-                    ] if workload.prefill_chunk else []
+        chunk_kv = [_Spec(f"chunk_kv.{layer}", "kv", "kv", layer, kvfmt, chunk_blocks,
+                          row_bits, chunk_blocks, sh.kv_heads, chunk=True)
+                    ] if chunk_blocks else []
         value = model.v_head_dim if model.is_mla else hd      # an output head's width
         item = [
             norm("attn_norm", layer),
             *(mla(layer) if model.is_mla else qkv(layer)),
-            _Spec(f"kv.{layer}", "kv", "kv", layer, get_format(workload.kv), blocks, row_bits,
-                  blocks, sequences * sh.kv_heads),
+            _Spec(f"kv.{layer}", "kv", "kv", layer, kvfmt, 0, row_bits, 0, 0),
             *chunk_kv,
             *([weight("qkv", layer, sh.heads * value, model.kv_lora_rank, name=f"w_uv.{layer}",
                       stored_as="v", full_k=model.kv_lora_rank)] if model.is_mla else []),
@@ -751,13 +787,13 @@ def _item_specs(model: Model, workload: Decode, sh: Shard, tile_n: int, final_to
         return item
 
     head = [norm("final_norm", -1), weight("lm_head", -1, sh.vocab_rows, h)]
-    for i in range(workload.draft_heads):
+    for i in range(draft_heads):
         head.append(weight("draft_head", -1, h, h, name=f"draft_head_res.{i}"))
         head.append(weight("draft_head", -1, sh.vocab_rows, h, name=f"draft_head_lm.{i}"))
     embedding = _Spec("embedding", "weight", "embedding", -1, fmt("embedding", -1, h),
                       sh.vocab_rows, h, sh.vocab_rows)
     layers = _layer_items(model, formats, layer_specs, replicate)
-    return [_Item((embedding,), -1, 0), *layers, _Item(tuple(head), -1, model.layers + 1)]
+    return (_Item((embedding,), -1, 0), *layers, _Item(tuple(head), -1, model.layers + 1))
 
 
 def _layer_items(model: Model, formats: WeightFormats, layer_specs, replicate: bool) -> list[_Item]:
@@ -1309,44 +1345,56 @@ def _plan_stage(device: Device, model: Model, workload: Decode, policy: str, sh:
     layers: list[int] = []
     for micro in range(workload.microbatches):
         suffix = f".mb{micro}" if micro else ""
-        for item_no in range(first_item, first_item + len(items)):
+        item_no, end = first_item, first_item + len(items)
+        while item_no < end:
             if item_no == 0:
                 item_tensor_ids(0, micro)
                 add_op("embed", k.OP_EMBED, -1, index["embedding"],
                        table.fmt(index["embedding"]), m=m_rows, kk=h, n=model.vocab)
                 all_reduce("embed_allreduce", -1, h)
-            elif item_no <= model.layers:
-                layer = item_no - 1
-                if micro == 0:
-                    layers.append(layer)
+                item_no += 1
+                continue
+            if item_no <= model.layers:        # a run of layers of one shape
                 item = items[item_no - first_item]
-                key = (micro, item.shape) if replicate else None
+                run_end = item_no + 1
+                while (replicate and run_end < end and run_end <= model.layers
+                       and items[run_end - first_item].shape == item.shape):
+                    run_end += 1
+                if micro == 0:
+                    layers.extend(range(item_no - 1, run_end - 1))
+                key = (micro, item.shape)
                 shape = templates.get(key) if replicate else None
                 if shape is None:
                     start = len(rows)
                     ids = item_tensor_ids(item_no - first_item, micro)
-                    build_layer(layer, suffix)
+                    build_layer(item_no - 1, suffix)
                     if replicate:
-                        templates[key] = _LayerTemplate.of(rows, start, ids, layer,
-                                                          workload.microbatches)
-                    continue
-                if len(rows) > built:
-                    pieces.append(("rows", built, len(rows)))
-                    built = len(rows)
-                last = pieces[-1] if pieces else None
-                if last is not None and last[0] == "copies" and last[1] is shape:
-                    last[2].append(layer)
-                    last[3].append(item_no - first_item)
-                else:
-                    pieces.append(("copies", shape, [layer], [item_no - first_item], micro))
-            else:
-                item_tensor_ids(item_no - first_item, micro)
-                norm("final_norm", -1, 1)
-                matmul("lm_head", -1, h, sh.vocab_rows, rows=head_rows)
-                all_reduce("logits_allgather", -1, sh.vocab_rows * sh.tp, passes=1)
-                for i in range(workload.draft_heads):     # on the last accepted position only
-                    matmul("draft_head_res", -1, h, h, f"draft_head_res.{i}", rows=mb)
-                    matmul("draft_head_lm", -1, h, sh.vocab_rows, f"draft_head_lm.{i}", rows=mb)
+                        shape = templates[key] = _LayerTemplate.of(
+                            rows, start, ids, item_no - 1, workload.microbatches)
+                    item_no += 1
+                if item_no < run_end:           # the others: copies of the shape's rows
+                    if len(rows) > built:
+                        pieces.append(("rows", built, len(rows)))
+                        built = len(rows)
+                    last = pieces[-1] if pieces else None
+                    copied = range(item_no - 1, run_end - 1)
+                    if last is not None and last[0] == "copies" and last[1] is shape:
+                        last[2].extend(copied)
+                        last[3].extend(range(item_no - first_item, run_end - first_item))
+                    else:
+                        pieces.append(("copies", shape, list(copied),
+                                       list(range(item_no - first_item, run_end - first_item)),
+                                       micro))
+                item_no = run_end
+                continue
+            item_tensor_ids(item_no - first_item, micro)
+            norm("final_norm", -1, 1)
+            matmul("lm_head", -1, h, sh.vocab_rows, rows=head_rows)
+            all_reduce("logits_allgather", -1, sh.vocab_rows * sh.tp, passes=1)
+            for i in range(workload.draft_heads):     # on the last accepted position only
+                matmul("draft_head_res", -1, h, h, f"draft_head_res.{i}", rows=mb)
+                matmul("draft_head_lm", -1, h, sh.vocab_rows, f"draft_head_lm.{i}", rows=mb)
+            item_no += 1
         if expert_chip >= 0:
             continue                    # expert-parallel chips are side by side, not a pipeline
         if stage < stages - 1:
@@ -1402,6 +1450,7 @@ def _plan_stage(device: Device, model: Model, workload: Decode, policy: str, sh:
 # shape key, so a copy never changes it.
 REPLICATED_COLUMNS = (k.C_LAYER, k.C_TENSOR, k.C_ROUTE)
 TENSOR_COLUMNS = (k.C_HOME, k.C_HOME_HI, k.C_SPLIT, k.C_PINNED)   # read off the op's tensor
+_TENSOR_COLUMN_IDS = np.array(TENSOR_COLUMNS, dtype=np.int64)
 
 
 @dataclass(frozen=True)
@@ -1458,8 +1507,10 @@ def _assemble(pieces: list[tuple], table: TensorTable, rows: list[list[int]], fl
             ids = table.id_matrix(np.asarray(items, dtype=np.int64), item_micro)
             ints.append(template.copies(layers, ids))
         out_floats.append(built_floats[a:b] if count == 1
-                          else np.tile(built_floats[a:b], (count, 1)))
-        out_micro.append(built_micro[a:b] if count == 1 else np.tile(built_micro[a:b], count))
+                          else np.repeat(built_floats[None, a:b], count, axis=0).reshape(
+                              -1, k.N_FLOAT_COLS))
+        out_micro.append(built_micro[a:b] if count == 1
+                         else np.repeat(built_micro[None, a:b], count, axis=0).ravel())
         out_names += names[a:b] * count
         out_formats += formats[a:b] * count
     if not pieces:
@@ -1472,9 +1523,9 @@ def _set_tensor_columns(op_int: np.ndarray, placed: np.ndarray) -> None:
     """Fill TENSOR_COLUMNS of every op that reads a tensor from ``placed`` ([tensor, column]:
     the placed tensors' home, home_hi, split and pinned flag)."""
     tensor = op_int[:, k.C_TENSOR]
-    has = tensor >= 0
-    if has.any():
-        op_int[np.ix_(has, TENSOR_COLUMNS)] = placed[tensor[has]]
+    rows = np.flatnonzero(tensor >= 0)
+    if len(rows):
+        op_int[rows[:, None], _TENSOR_COLUMN_IDS] = placed[tensor[rows]]
 
 
 def _need(tensors: list[Tensor]) -> dict[int, int]:
@@ -1588,40 +1639,24 @@ def _max_lru_entries(op_int: np.ndarray, capacity_bits: int, workload: Decode,
                      tiers: tuple) -> int:
     """An upper bound on tiles the LRU can hold at once: the distinct tiles of the ops' tensors
     that are neither on chip nor pinned, and at most the on-chip capacity over the smallest
-    (``op_int``: with its TENSOR_COLUMNS set, :func:`_set_tensor_columns`)."""
+    (``op_int``: with its TENSOR_COLUMNS set, :func:`_set_tensor_columns`;
+    :func:`memsim.kernels.bounds.lru_tiles`)."""
     if capacity_bits == 0:
         return 1
     granularity = np.array([t.granularity for t in tiers], dtype=np.int64)
-    kind = op_int[:, k.C_KIND]
-    cached = ((op_int[:, k.C_TENSOR] >= 0) & (kind != k.OP_KV_APPEND)
-              & (op_int[:, k.C_PINNED] == 0)
-              & ~((op_int[:, k.C_HOME] == 0) & (op_int[:, k.C_HOME_HI] == 0)))
-    if not cached.any():
+    distinct, smallest = lru_tiles(op_int, _LRU_COLUMNS, _LRU_KINDS, workload.steps,
+                                   workload.kv_block, granularity)
+    if smallest < 0:
         return 1
-    rows, kind = op_int[cached], kind[cached]
-    where = rows[:, [k.C_HOME, k.C_HOME_HI]]
-    col = {name: rows[:, c] for name, c in (("tk", k.C_TILE_K), ("tn", k.C_TILE_N), ("k", k.C_K),
-                                           ("n", k.C_N), ("m", k.C_M), ("elem", k.C_ELEM_BITS))}
-    bits = col["k"] * col["elem"]                  # an embedding row, a norm's vector
-    distinct = np.where(kind == k.OP_EMBED, col["m"] * workload.steps, 1)
-    matmul = kind == k.OP_MATMUL
-    if matmul.any():
-        tk, tn, kk, n = (col[x][matmul] for x in ("tk", "tn", "k", "n"))
-        min_k = np.minimum(tk, np.where(kk % tk == 0, tk, kk % tk))
-        min_n = np.minimum(tn, np.where(n % tn == 0, tn, n % tn))
-        bits[matmul] = min_k * min_n * col["elem"][matmul]
-        distinct[matmul] = -(-kk // tk) * -(-n // tn)
-    attention = kind == k.OP_ATTENTION
-    if attention.any():
-        att = rows[attention]
-        grain = np.minimum(granularity[where[attention, 0]], granularity[where[attention, 1]])
-        block_bytes = -(-(workload.kv_block * att[:, k.C_KV_ROW_BITS]) // 8)
-        bits[attention] = 8 * (-(-block_bytes // grain) * grain)
-        # K and V (or MLA's one latent) of each head
-        streams = att[:, k.C_KV_PARTS] * att[:, k.C_BATCH] * att[:, k.C_KV_HEADS]
-        distinct[attention] = streams * att[:, k.C_KV_MAX_BLOCKS]
-    smallest = int(bits.min())
-    return int(max(1, min(int(distinct.sum()), capacity_bits // max(smallest, 1) + 1)))
+    return int(max(1, min(distinct, capacity_bits // max(smallest, 1) + 1)))
+
+
+# The op-table columns and op kinds memsim.kernels.bounds.lru_tiles reads, in its order.
+_LRU_COLUMNS = np.array([k.C_KIND, k.C_TENSOR, k.C_PINNED, k.C_HOME, k.C_HOME_HI, k.C_TILE_K,
+                         k.C_TILE_N, k.C_K, k.C_N, k.C_M, k.C_ELEM_BITS, k.C_KV_ROW_BITS,
+                         k.C_KV_PARTS, k.C_BATCH, k.C_KV_HEADS, k.C_KV_MAX_BLOCKS],
+                        dtype=np.int64)
+_LRU_KINDS = np.array([k.OP_EMBED, k.OP_MATMUL, k.OP_ATTENTION, k.OP_KV_APPEND], dtype=np.int64)
 
 
 # Device figures that change no count, only time and energy: a plan made for one value serves

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from memsim.kernels import step as k
+from memsim.kernels.summary import group_totals
 from memsim.units import format_quantity
 
 
@@ -473,10 +474,13 @@ class Report:
 
 # Counters kept as whole bytes per op (the rest of the results are counts, summed as they are).
 _BYTE_RESULTS = (k.R_LINK_BITS, k.R_ACT_READ_BITS, k.R_ACT_WRITTEN_BITS, k.R_HIT_BITS)
+_BYTE_RESULT_COLUMNS = np.array(_BYTE_RESULTS, dtype=np.int64)
 
 
 class _Columns:
-    """Where each counter sits in :func:`_int_columns`' rows, for ``n_tiers`` tiers."""
+    """Where each counter sits in a row of :func:`_totals`, for ``n_tiers`` tiers: the bytes read
+    and written per tier, the link, activation and hit bytes (whole bytes per op), then the raw
+    results."""
 
     def __init__(self, n_tiers: int) -> None:
         self.read = slice(0, n_tiers)
@@ -486,15 +490,32 @@ class _Columns:
         self.results = slice(2 * n_tiers + 4, None)
 
 
-def _int_columns(counts: StepCounts) -> np.ndarray:
-    """[op, column] every integer counter of a step, one row per op: the bytes read and written
-    per tier, the link, activation and hit bytes (whole bytes per op), then the raw results."""
-    return np.concatenate([_bytes(counts.read_bits), _bytes(counts.written_bits),
-                           _bytes(counts.results[:, _BYTE_RESULTS]), counts.results], axis=1)
+def _totals(counts: StepCounts, group: np.ndarray, n_groups: int,
+            weight_ops: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """[group, column] each group's totals (:class:`_Columns`), and [group, tier] the bytes its
+    ``weight_ops`` read (:func:`memsim.kernels.summary.group_totals`)."""
+    return group_totals(counts.read_bits, counts.written_bits, counts.results,
+                        _BYTE_RESULT_COLUMNS, group, n_groups, weight_ops)
 
 
 def _bound_labels(tier_names: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(tier_names) + ("link", "compute", "latency", "launch")
+
+
+class OpGroups:
+    """What :func:`summarize` needs of a system's ops that no step changes (their stage,
+    microbatch, kind, which read weights), worked out once per run instead of once per step."""
+
+    def __init__(self, n_tiers: int, op_stage: np.ndarray, op_micro: np.ndarray,
+                 weight_ops: np.ndarray, op_kind: np.ndarray | None) -> None:
+        self.col = _Columns(n_tiers)
+        self.stages = int(op_stage.max()) + 1
+        self.micros = int(op_micro.max()) + 1
+        self.op_stage = np.ascontiguousarray(op_stage, dtype=np.int64)
+        self.weight_ops = np.ascontiguousarray(weight_ops, dtype=np.bool_)
+        self.every_op = np.ones(len(op_stage), dtype=bool)
+        self.spent_on = (None if op_kind is None
+                         else [_SPENT_ON[op_kind] == i for i in range(len(_SPENT_ON_NAMES))])
 
 
 def summarize(counts: StepCounts, tier_names: tuple[str, ...], energy_j_per_byte: tuple[float, ...],
@@ -503,7 +524,8 @@ def summarize(counts: StepCounts, tier_names: tuple[str, ...], energy_j_per_byte
               peers: StepCounts | None = None,
               peer_ops: np.ndarray | None = None,
               op_layer: np.ndarray | None = None, op_kind: np.ndarray | None = None,
-              host_s: float = 0.0, static_power_w: float = 0.0) -> StepSummary:
+              host_s: float = 0.0, static_power_w: float = 0.0,
+              groups: OpGroups | None = None) -> StepSummary:
     """Totals of one step's counters: per chip of each stage, and over the system (``tp``
     chips per stage); bytes summed from per-op whole bytes.
 
@@ -515,22 +537,18 @@ def summarize(counts: StepCounts, tier_names: tuple[str, ...], energy_j_per_byte
     With ``op_layer`` the stages are chips working side by side (expert parallel) that wait for
     each other at every layer: the step is the sum over layers of the slowest chip's time.
     ``host_s`` is the runtime's host time on the critical path per step; ``static_power_w`` the
-    whole system's static power, W.
+    whole system's static power, W. ``groups`` is :class:`OpGroups` of these ops, when the
+    caller keeps one across steps.
     """
-    n_tiers = len(tier_names)
-    col = _Columns(n_tiers)
-    ints = _int_columns(counts)
-    stages = int(op_stage.max()) + 1
-    micros = int(op_micro.max()) + 1
+    if groups is None:
+        groups = OpGroups(len(tier_names), op_stage, op_micro, weight_ops, op_kind)
+    col = groups.col
+    stages, micros = groups.stages, groups.micros
 
     def per_tier(values: np.ndarray) -> dict[str, int]:
-        return {t: int(values[i]) for i, t in enumerate(tier_names)}
+        return dict(zip(tier_names, values.tolist()))
 
-    chip = ([ints.sum(axis=0)] if stages == 1
-            else [ints[op_stage == s].sum(axis=0) for s in range(stages)])
-    chip_weight = ([ints[weight_ops, col.read].sum(axis=0)] if stages == 1
-                   else [ints[weight_ops & (op_stage == s), col.read].sum(axis=0)
-                         for s in range(stages)])
+    chip, chip_weight = _totals(counts, groups.op_stage, stages, groups.weight_ops)
     chip_read = tuple(per_tier(c[col.read]) for c in chip)
     chip_written = tuple(per_tier(c[col.written]) for c in chip)
     op_time = counts.times.sum(axis=1)
@@ -542,6 +560,10 @@ def summarize(counts: StepCounts, tier_names: tuple[str, ...], energy_j_per_byte
         critical = op_stage == slowest[buckets]
         work = per_layer.sum(axis=1)
         step_time = float(per_layer.max(axis=0).sum())
+    elif stages == 1 and micros == 1:   # one chip's ops, in order: the running sum of add.at
+        work = np.cumsum(op_time)[-1:] if len(op_time) else np.zeros(1)
+        critical = groups.every_op
+        step_time = float(work[0])
     else:
         busy = np.zeros((stages, micros))
         np.add.at(busy, (op_stage, op_micro), op_time)
@@ -553,67 +575,69 @@ def summarize(counts: StepCounts, tier_names: tuple[str, ...], energy_j_per_byte
             critical = op_stage == int(np.argmax(work))
         step_time = float(max(path.max(), work.max()))
     step_time += host_s
-    by_column = counts.times[critical].sum(axis=0)
+    by_column = (counts.times if critical is groups.every_op
+                 else counts.times[critical]).sum(axis=0)
     labels = _bound_labels(tier_names)
-    time_split = _time_split(counts.times, critical, op_kind, step_time, host_s,
+    time_split = _time_split(counts.times, critical, groups.spent_on, step_time, host_s,
                              float(work.mean()))
 
-    total = chip[0] if stages == 1 else ints.sum(axis=0)
-    weight_total = chip_weight[0] if stages == 1 else ints[weight_ops, col.read].sum(axis=0)
+    total = chip.sum(axis=0)
+    weight_total = chip_weight.sum(axis=0)
     if peers is None or peer_ops is None or not peer_ops.any():
         every = total * tp
         weight_read = weight_total * tp
     else:         # the peer ops count the emulated chip once, plus what the peers did
-        peer_ints = _int_columns(peers)
-        own = ints[peer_ops].sum(axis=0)
-        every = (total - own) * tp + own + peer_ints.sum(axis=0)
-        own_weight = ints[peer_ops & weight_ops, col.read].sum(axis=0)
-        weight_read = ((weight_total - own_weight) * tp + own_weight
-                       + peer_ints[weight_ops, col.read].sum(axis=0))
-    read, written, results = every[col.read], every[col.written], every[col.results]
+        peer_group = np.where(peer_ops, 0, -1)
+        own, own_weight = _totals(counts, peer_group, 1, groups.weight_ops)
+        peer_total, peer_weight = _totals(peers, np.zeros_like(peer_group), 1,
+                                          groups.weight_ops)
+        every = (total - own[0]) * tp + own[0] + peer_total[0]
+        weight_read = (weight_total - own_weight[0]) * tp + own_weight[0] + peer_weight[0]
+    every_list = every.tolist()
+    read, written = every_list[col.read], every_list[col.written]
+    results = every_list[col.results]
     act_read = int(total[col.act_read]) * tp
     act_written = int(total[col.act_written]) * tp
     link = int(total[col.link]) * tp
-    energy = sum((int(read[i]) + int(written[i])) * energy_j_per_byte[i]
+    energy = sum((read[i] + written[i]) * energy_j_per_byte[i]
                  for i in range(len(tier_names)))
     energy += (act_read + act_written) * energy_j_per_byte[0]
     energy += link * link_energy_j_per_byte
-    energy += (int(results[k.R_FLOPS]) + int(results[k.R_VECTOR_OPS])) * energy_j_per_flop
+    energy += (results[k.R_FLOPS] + results[k.R_VECTOR_OPS]) * energy_j_per_flop
     static_energy = static_power_w * step_time
     return StepSummary(
         step=counts.step,
-        bytes_read=per_tier(read), bytes_written=per_tier(written),
+        bytes_read=dict(zip(tier_names, read)), bytes_written=dict(zip(tier_names, written)),
         weight_bytes_read=per_tier(weight_read),
         link_bytes=link,
         chip_bytes_read=chip_read, chip_bytes_written=chip_written,
         chip_weight_bytes_read=tuple(per_tier(c) for c in chip_weight),
         chip_link_bytes=tuple(int(c[col.link]) for c in chip),
-        chip_busy_s=tuple(float(x) for x in work),
+        chip_busy_s=tuple(work.tolist()),
         activation_bytes_read=act_read, activation_bytes_written=act_written,
-        hits=int(results[k.R_HITS]), misses=int(results[k.R_MISSES]),
-        hit_bytes=int(every[col.hit]),
-        flops=int(results[k.R_FLOPS]), vector_ops=int(results[k.R_VECTOR_OPS]),
+        hits=results[k.R_HITS], misses=results[k.R_MISSES],
+        hit_bytes=every_list[col.hit],
+        flops=results[k.R_FLOPS], vector_ops=results[k.R_VECTOR_OPS],
         time_s=step_time,
-        time_by_bound={**{label: float(by_column[i]) for i, label in enumerate(labels)},
-                       "host": host_s},
+        time_by_bound={**dict(zip(labels, by_column.tolist())), "host": host_s},
         energy_j=float(energy + static_energy), time_split=time_split,
         static_energy_j=float(static_energy),
     )
 
 
-def _time_split(times: np.ndarray, critical: np.ndarray, op_kind: np.ndarray | None,
+def _time_split(times: np.ndarray, critical: np.ndarray, spent_on: list[np.ndarray] | None,
                 step_time: float, host_s: float, mean_work_s: float) -> dict[str, float]:
-    """What the critical path's time went to (see :class:`StepSummary`)."""
+    """What the critical path's time went to (see :class:`StepSummary`); ``spent_on`` marks
+    the ops of each of _SPENT_ON_NAMES (None: every op's time is on weights)."""
     launch = times[critical, -1].sum()
     work = times[:, :-1].sum(axis=1)
     split = {"weights": 0.0, "kv": 0.0, "collectives": 0.0, "launch": float(launch),
              "host": host_s, "pipeline_idle": max(0.0, step_time - host_s - mean_work_s)}
-    if op_kind is None:
+    if spent_on is None:
         split["weights"] = float(work[critical].sum())
         return split
-    spent_on = _SPENT_ON[op_kind]
-    for i, name in enumerate(_SPENT_ON_NAMES):
-        split[name] = float(work[critical & (spent_on == i)].sum())
+    for name, ops in zip(_SPENT_ON_NAMES, spent_on):
+        split[name] = float(work[critical & ops].sum())
     return split
 
 
