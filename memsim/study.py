@@ -183,7 +183,7 @@ def load_study(path: str | Path) -> Study:
     if not points:
         raise ConfigError("the study has no points: give a [grid] or [[point]] tables",
                           file=file, field="grid")
-    return Study(name=name, points=tuple(_unique(points)))
+    return Study(name=name, points=tuple(unique_points(points)))
 
 
 def _grid_of(where: str, table: Mapping[str, Any]) -> list[Point]:
@@ -199,7 +199,8 @@ def _grid_of(where: str, table: Mapping[str, Any]) -> list[Point]:
         raise ConfigError(exc.reason, field=where + field.removeprefix("grid")) from None
 
 
-def _unique(points: Iterable[Point]) -> list[Point]:
+def unique_points(points: Iterable[Point]) -> list[Point]:
+    """The points in order, each key once (a point listed twice is one row)."""
     seen: dict[str, Point] = {}
     for point in points:
         seen.setdefault(point.key, point)
