@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from memsim.device import Device, Link, device as catalog_device
+from memsim.device import Device, Link, device as catalog_device, freeze, thaw
 from memsim.errors import ConfigError
 from memsim.model import Model, model as catalog_model
 from memsim.workload import Decode
@@ -135,6 +135,8 @@ class DeviceRequest:
     policy : a memory policy; ``auto`` keeps the device's own, anything else sets
         ``layout.policy``.
     usd_per_chip_hour : a price per chip-hour (``None``: the device file's).
+    runtime : the runtime the workload runs under (a name; ``auto``: the device's own), against
+        which ``runtime.*`` what-ifs are checked.
     """
 
     device: str
@@ -142,6 +144,7 @@ class DeviceRequest:
     add_tiers: tuple[str, ...] = ()
     policy: str = "auto"
     usd_per_chip_hour: float | None = None
+    runtime: str = "auto"
 
     def __post_init__(self) -> None:
         if not isinstance(self.device, str) or not self.device.strip():
@@ -162,7 +165,8 @@ class DeviceRequest:
     def overrides(self, dev: Device) -> dict[str, Any]:
         """Every what-if this request makes of ``dev``, typed, as ``Device.with_overrides``
         takes them."""
-        out = {path: typed_value(path, value, _raw(dev.data, path)) for path, value in self.sets}
+        out = {path: typed_value(path, thaw(value), _raw(dev.data, path))
+               for path, value in self.sets}
         if self.policy not in ("auto", dev.layout.policy):
             asked = out.get(POLICY_PATH, self.policy)
             if asked != self.policy:
@@ -174,12 +178,7 @@ class DeviceRequest:
         return out
 
 
-def _hashable(value: Any) -> Any:
-    if isinstance(value, list):
-        return tuple(_hashable(v) for v in value)
-    if isinstance(value, Mapping):
-        return tuple((k, _hashable(v)) for k, v in value.items())
-    return value
+_hashable = freeze
 
 
 def device_from(request: DeviceRequest | Device | str, **what_ifs: Any) -> Device:
@@ -209,7 +208,7 @@ def _apply(dev: Device, request: DeviceRequest) -> Device:
     for template in request.add_tiers:
         dev = dev.with_tier(template)
     overrides = request.overrides(dev)
-    return dev.with_overrides(overrides) if overrides else dev
+    return (dev.with_overrides(overrides, runtime_name=request.runtime) if overrides else dev)
 
 
 def model_from(name: Model | str) -> Model:
@@ -249,8 +248,11 @@ def decode_from(fields: Mapping[str, Any] | Decode | None = None, **more: Any) -
 def request_of(device: str, *, sets: Any = (), add_tiers: Any = (),
                workload: Mapping[str, Any] | None = None,
                usd_per_chip_hour: float | None = None) -> DeviceRequest:
-    """The device request of a run whose workload names a policy (the one policy rule)."""
+    """The device request of a run whose workload names a policy (the one policy rule) and a
+    runtime (its ``runtime.*`` what-ifs are checked against it)."""
     policy = (workload or {}).get("policy", "auto")
+    stack = (workload or {}).get("runtime", "auto")
     return DeviceRequest(device, sets=sets, add_tiers=add_tiers,
                          policy=policy if isinstance(policy, str) else "auto",
-                         usd_per_chip_hour=usd_per_chip_hour)
+                         usd_per_chip_hour=usd_per_chip_hour,
+                         runtime=stack if isinstance(stack, str) else "auto")

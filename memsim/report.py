@@ -499,7 +499,8 @@ def _bound_labels(tier_names: tuple[str, ...]) -> tuple[str, ...]:
 
 def summarize(counts: StepCounts, tier_names: tuple[str, ...], energy_j_per_byte: tuple[float, ...],
               energy_j_per_flop: float, *, op_stage: np.ndarray, op_micro: np.ndarray,
-              weight_ops: np.ndarray, tp: int = 1, link_energy_j_per_byte: float = 0.0,
+              weight_ops: np.ndarray, tp: int = 1,
+              link_energy_j_per_byte: float | np.ndarray = 0.0,
               peers: StepCounts | None = None,
               peer_ops: np.ndarray | None = None,
               op_layer: np.ndarray | None = None, op_kind: np.ndarray | None = None,
@@ -515,7 +516,8 @@ def summarize(counts: StepCounts, tier_names: tuple[str, ...], energy_j_per_byte
     With ``op_layer`` the stages are chips working side by side (expert parallel) that wait for
     each other at every layer: the step is the sum over layers of the slowest chip's time.
     ``host_s`` is the runtime's host time on the critical path per step; ``static_power_w`` the
-    whole system's static power, W.
+    whole system's static power, W. ``link_energy_j_per_byte`` is one figure for every op, or
+    one per op (the link each op's bytes cross).
     """
     n_tiers = len(tier_names)
     col = _Columns(n_tiers)
@@ -577,7 +579,8 @@ def summarize(counts: StepCounts, tier_names: tuple[str, ...], energy_j_per_byte
     energy = sum((int(read[i]) + int(written[i])) * energy_j_per_byte[i]
                  for i in range(len(tier_names)))
     energy += (act_read + act_written) * energy_j_per_byte[0]
-    energy += link * link_energy_j_per_byte
+    energy += (link * link_energy_j_per_byte if np.ndim(link_energy_j_per_byte) == 0
+               else float(ints[:, col.link] @ link_energy_j_per_byte) * tp)
     energy += (int(results[k.R_FLOPS]) + int(results[k.R_VECTOR_OPS])) * energy_j_per_flop
     static_energy = static_power_w * step_time
     return StepSummary(

@@ -37,6 +37,7 @@ from typing import Any
 
 from memsim.datafile import read_toml_file
 from memsim.errors import ConfigError
+from memsim.inputs import freeze
 from memsim.workload import Decode
 
 DECODE_FIELDS = tuple(f.name for f in fields(Decode))
@@ -96,6 +97,12 @@ def _freeze(value: Any) -> Any:
     return value
 
 
+def _what_if_value(value: Any) -> Any:
+    """A device what-if's value as a point keeps it: a scalar as its text (``64`` and ``"64"``
+    are one point), a list or table frozen as itself (``[4, 8]``, not the text ``"[4, 8]"``)."""
+    return freeze(value) if isinstance(value, (list, tuple, Mapping)) else str(value)
+
+
 def _table(value: Any, field: str) -> Mapping[str, Any]:
     if not isinstance(value, Mapping):
         raise ConfigError(f"expected a table, got {value!r}", field=field)
@@ -149,7 +156,7 @@ def grid(*, device: Any, model: Any, set: Mapping[str, Any] | None = None,  # no
         points.append(Point(
             device=str(parts["point"]["device"]), model=str(parts["point"]["model"]),
             workload=tuple(sorted((k, _freeze(v)) for k, v in parts["workload"].items())),
-            overrides=tuple(sorted((k, str(v)) for k, v in parts["set"].items())),
+            overrides=tuple(sorted((k, _what_if_value(v)) for k, v in parts["set"].items())),
             add_tiers=tuple(parts["point"]["add_tier"]),
             speculative=tuple(sorted((k, _freeze(v)) for k, v in parts["speculative"].items())),
         ))
