@@ -9,8 +9,8 @@ Rules, the same from every entry point:
 
 - ``--set PATH=VALUE`` values are parsed by the field's type: integer fields (``cores``,
   ``link.max_chips``, ``tile.k``, ``matrix_unit.m``) take ``64`` or ``"64"``, a price takes a
-  number, everything else (quantities with units, names) is passed on as text for the device
-  parser to check.
+  number, a list or table is written as TOML (``[4, 8]``, ``{"2" = "1 kB"}``), everything else
+  (quantities with units, names) is passed on as text for the device parser to check.
 - A policy other than ``auto`` and the device's own is a what-if on the device: ``--policy
   hybrid`` means ``--set layout.policy=hybrid``, and the device parser accepts or refuses it
   the same way for both.
@@ -33,6 +33,7 @@ from functools import lru_cache
 from typing import Any
 
 from memsim.device import Device, Link, device as catalog_device, freeze, thaw
+from memsim.datafile import tomllib
 from memsim.errors import ConfigError
 from memsim.model import Model, model as catalog_model
 from memsim.workload import Decode
@@ -113,6 +114,8 @@ def typed_value(path: str, value: Any, current: Any = None) -> Any:
             return int(str(value).strip().replace(",", ""))
         except ValueError:
             raise ConfigError(f"expected an integer, got {value!r}", field=path) from None
+    if isinstance(value, str) and value.strip()[:1] in ("[", "{"):
+        return _inline_value(value, path)
     if path in FLOAT_PATHS and isinstance(value, str):
         try:
             return float(value)
@@ -120,6 +123,16 @@ def typed_value(path: str, value: Any, current: Any = None) -> Any:
             raise ConfigError(f"expected a price in USD such as 2.99, got {value!r}",
                               field=path) from None
     return value
+
+
+def _inline_value(text: str, path: str) -> Any:
+    """A list or table written as TOML on the command line (``--set
+    runtime.collective.custom_allreduce_chips=[4,8]``), as a study file would give it."""
+    try:
+        return tomllib.loads(f"value = {text.strip()}")["value"]
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"expected a TOML list or table such as [4, 8] or {{\"2\" = \"1 kB\"}}, "
+                          f"got {text!r} ({exc})", field=path) from None
 
 
 @dataclass(frozen=True)
