@@ -534,8 +534,10 @@ def _parse_link(table: Any, *, file: str, name: str) -> Link:
                              field=prefix + "topology", choices=TOPOLOGIES),
         max_chips=max_chips, energy_j_per_byte=energy,
         collective_latency_s=time("collective_latency"), kind=kind,
-        ranks_per_chip=require_int(table.get("ranks_per_chip", 1), file=file,
-                                   field=prefix + "ranks_per_chip"),
+        ranks_per_chip=int(check_figure(
+            require_int(table.get("ranks_per_chip", 1), file=file,
+                        field=prefix + "ranks_per_chip"),
+            "ranks_per_chip", file=file, field=prefix + "ranks_per_chip")),
     )
 
 

@@ -560,18 +560,20 @@ def summarize(counts: StepCounts, tier_names: tuple[str, ...], energy_j_per_byte
     time_split = _time_split(counts.times, critical, op_kind, step_time, host_s,
                              float(work.mean()))
 
-    total = chip[0] if stages == 1 else ints.sum(axis=0)
-    weight_total = chip_weight[0] if stages == 1 else ints[weight_ops, col.read].sum(axis=0)
+    # The system's totals are Python integers: one chip's counts fit int64 (limits.check_sizes),
+    # but summed over stages and multiplied by the tensor-parallel chips they may not.
+    total = sum(c.astype(object) for c in chip)
+    weight_total = sum(c.astype(object) for c in chip_weight)
     if peers is None or peer_ops is None or not peer_ops.any():
         every = total * tp
         weight_read = weight_total * tp
     else:         # the peer ops count the emulated chip once, plus what the peers did
         peer_ints = _int_columns(peers)
-        own = ints[peer_ops].sum(axis=0)
-        every = (total - own) * tp + own + peer_ints.sum(axis=0)
-        own_weight = ints[peer_ops & weight_ops, col.read].sum(axis=0)
+        own = ints[peer_ops].sum(axis=0).astype(object)
+        every = (total - own) * tp + own + peer_ints.sum(axis=0).astype(object)
+        own_weight = ints[peer_ops & weight_ops, col.read].sum(axis=0).astype(object)
         weight_read = ((weight_total - own_weight) * tp + own_weight
-                       + peer_ints[weight_ops, col.read].sum(axis=0))
+                       + peer_ints[weight_ops, col.read].sum(axis=0).astype(object))
     read, written, results = every[col.read], every[col.written], every[col.results]
     act_read = int(total[col.act_read]) * tp
     act_written = int(total[col.act_written]) * tp
