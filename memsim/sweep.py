@@ -304,7 +304,7 @@ def _run_pool(pool: ProcessPoolExecutor, work: list[list[Point]],
         for worker in workers:
             worker.kill()
         raise
-    pool.shutdown(wait=False, cancel_futures=True)
+    pool.shutdown(cancel_futures=True)
     return lost
 
 
