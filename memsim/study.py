@@ -31,7 +31,7 @@ import hashlib
 import itertools
 import json
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, fields
+from dataclasses import MISSING, dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +41,8 @@ from memsim.inputs import freeze
 from memsim.workload import Decode
 
 DECODE_FIELDS = tuple(f.name for f in fields(Decode))
+#: Decode's defaults, as a point stores them (a placement as its pairs).
+DECODE_DEFAULTS = {f.name: f.default for f in fields(Decode) if f.default is not MISSING}
 SPEC_FIELDS = ("draft", "gamma", "acceptance", "method", "tree", "draft_device",
                "draft_weights", "samples")
 POINT_KEYS = ("device", "model", "set", "add_tier")
@@ -65,8 +67,13 @@ class Point:
 
     @property
     def key(self) -> str:
-        """A stable identity: the hash of the canonical JSON of the inputs."""
-        text = json.dumps(self.inputs(), sort_keys=True, separators=(",", ":"), default=str)
+        """A stable identity: the hash of the canonical JSON of the inputs, in which a workload
+        field given at its Decode default is left out (``batch = 1`` and no ``batch`` are one
+        point, and one row)."""
+        inputs = self.inputs()
+        inputs["workload"] = {k: v for k, v in inputs["workload"].items()
+                              if not _is_default(k, v)}
+        text = json.dumps(inputs, sort_keys=True, separators=(",", ":"), default=str)
         return hashlib.sha256(text.encode()).hexdigest()[:32]
 
     def shape_key(self) -> tuple:
@@ -81,6 +88,13 @@ class Study:
 
     name: str
     points: tuple[Point, ...]
+
+
+def _is_default(name: str, value: Any) -> bool:
+    """True when a workload field is given at Decode's default (of the same type: ``tp = 1.0``
+    is a mistake to report, not the default)."""
+    default = DECODE_DEFAULTS.get(name, MISSING)
+    return type(value) is type(default) and value == default
 
 
 def _values(value: Any) -> list[Any]:

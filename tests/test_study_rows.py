@@ -141,3 +141,18 @@ def test_error_rows_survive_every_export(tmp_path):
         data = json.loads(store.to_json())
     assert len(csv_rows) == 3 and len(data) == 2
     assert sum(r["error"] is not None for r in data) == 1
+
+
+def test_a_workload_field_at_its_default_is_the_same_point(tmp_path):
+    # a [[point]] spelling out batch = 1 and a grid leaving it out asked for one point: it was
+    # two points and two rows of the same figures
+    study = tmp_path / "d.toml"
+    study.write_text('[grid]\ndevice = "h100-sxm"\nmodel = "llama-3.2-1b"\ncontext = 256\n'
+                     '[[point]]\ndevice = "h100-sxm"\nmodel = "llama-3.2-1b"\ncontext = 256\n'
+                     'batch = 1\nkv = "bf16"\n'
+                     '[[point]]\ndevice = "h100-sxm"\nmodel = "llama-3.2-1b"\ncontext = 256\n'
+                     'tp = 1.0\n')
+    points = load_study(study).points
+    assert len(points) == 2                   # tp = 1.0 is a mistake, its own (error) row
+    result = sweep(load_study(study), tmp_path / "d.sqlite")
+    assert result.points == 2 and result.errors == 1
