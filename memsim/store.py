@@ -188,11 +188,25 @@ class Store:
         except ImportError:
             raise ConfigError("exporting to a DataFrame needs pandas: pip install "
                               "'memsim[dataframe]'", field="export") from None
-        return pandas.DataFrame(self.flat_rows(study))
+        rows = self.flat_rows(study)
+        columns = list(dict.fromkeys(c for row in rows for c in row))
+        return pandas.DataFrame({c: _column([row.get(c) for row in rows], pandas)
+                                 for c in columns})
 
     def to_parquet(self, path: str | Path, study: str | None = None) -> None:
         """Write the flat rows to a Parquet file (``pip install memsim[dataframe]``)."""
         self.to_dataframe(study).to_parquet(path)
+
+
+def _column(values: list[Any], pandas: Any) -> Any:
+    """A column of counts stays exact: integers with a missing value (an error row) are
+    pandas' nullable Int64 (or Python integers past int64), not floats that round above 2^53."""
+    present = [v for v in values if v is not None]
+    if present and all(isinstance(v, int) and not isinstance(v, bool) for v in present):
+        if all(-2**63 <= v < 2**63 for v in present):
+            return pandas.array(values, dtype="Int64")
+        return pandas.array(values, dtype=object)
+    return values
 
 
 def _flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:

@@ -156,3 +156,17 @@ def test_a_workload_field_at_its_default_is_the_same_point(tmp_path):
     assert len(points) == 2                   # tp = 1.0 is a mistake, its own (error) row
     result = sweep(load_study(study), tmp_path / "d.sqlite")
     assert result.points == 2 and result.errors == 1
+
+
+def test_counts_stay_exact_in_a_dataframe_with_error_rows(tmp_path):
+    pytest.importorskip("pandas")
+    path = tmp_path / "p.sqlite"
+    with Store(path) as store:
+        store.add("a", "s", {"workload": {}}, {"flops": 2**60 + 1, "link_bytes": 2**64 + 1,
+                                               "time_per_token_s": 0.5}, None, "v", 0.0)
+        store.add("b", "s", {"workload": {}}, None, "ConfigError: no", "v", 0.0)
+        frame = store.to_dataframe()
+    # an error row made the column float64: 2^60 + 1 came back as 1.152921504606847e18
+    assert int(frame["figures.flops"][0]) == 2**60 + 1
+    assert frame["figures.link_bytes"][0] == 2**64 + 1
+    assert frame["figures.flops"].isna()[1] and frame["figures.time_per_token_s"][0] == 0.5
