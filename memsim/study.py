@@ -14,6 +14,7 @@ read from a TOML study file with :func:`load_study`:
     weights = "int8"
     [grid.set]                               # device what-ifs, each a list of values
     "tiers.sram.capacity" = ["32 MiB", "256 MiB"]
+    "runtime.collective.custom_allreduce_chips" = [[2, 4], [8]]   # a list value is a list
     [grid.speculative]                       # optional: speculative decoding points
     draft = "llama-3.2-1b"
     gamma = [2, 4]
