@@ -356,3 +356,14 @@ def test_a_workload_field_moves_what_physics_says(name):
                      {**base, name: entry.value})
     still = [figure for figure in entry.moves if not _changed(before, after, figure)]
     assert not still, f"{name}={entry.value!r}: accepted but {still} did not move"
+
+
+def test_scale_out_energy_is_charged_for_exactly_the_bytes_that_cross_it():
+    # 16 chips span two 8-chip NVLink domains: every all-reduce runs over the network
+    workload = {"context": 256, "tp": 16}
+    base = memsim.emulate("h100-sxm", DENSE, **workload)
+    priced = memsim.emulate(device_from("h100-sxm", sets=(("scale_out.energy", "10 pJ/bit"),)),
+                            DENSE, **workload)
+    assert priced.link_bytes == base.link_bytes > 0
+    assert priced.energy_per_token - base.energy_per_token == pytest.approx(
+        base.link_bytes * 8 * 10e-12, rel=1e-9)       # h100's link.energy is not given: 0
