@@ -329,7 +329,7 @@ def thaw(value: Any) -> Any:
 #: refused rather than accepted silently.
 INERT_PATHS = MappingProxyType({
     "schema_version": "it is the file format's version, not a figure",
-    "core_memory": "memsim stages tiles in the on-chip tier (tiers.<first>.capacity), not in a "
+    "core_memory": "memsim stages tiles in the on-chip tier (its first tier's capacity), not in a "
                    "core's scratchpad; no figure reads core_memory",
     "matrix_unit.k": "a matmul's time pads its rows to matrix_unit.m and its activation reuse "
                      "follows matrix_unit.n; no figure reads matrix_unit.k",

@@ -165,7 +165,7 @@ class DeviceRequest:
                               field="device")
         sets = parse_pairs(self.sets, field="--set",
                            example="KEY=VALUE such as tiers.hbm.bandwidth=5TB/s")
-        object.__setattr__(self, "sets", tuple((k, _hashable(v)) for k, v in sets))
+        object.__setattr__(self, "sets", tuple((k, freeze(v)) for k, v in sets))
         tiers = (self.add_tiers,) if isinstance(self.add_tiers, str) else self.add_tiers
         object.__setattr__(self, "add_tiers", tuple(str(t) for t in tiers))
         if self.usd_per_chip_hour is not None:
@@ -190,8 +190,6 @@ class DeviceRequest:
             out[PRICE_PATH] = self.usd_per_chip_hour
         return out
 
-
-_hashable = freeze
 
 
 def device_from(request: DeviceRequest | Device | str, **what_ifs: Any) -> Device:

@@ -5,8 +5,9 @@ loaded), and the chunks run in parallel; only this process writes the store, one
 per point as its chunk comes back. A point that fails, in whatever way, becomes a row with its
 error, and the sweep goes on: a worker that dies (killed, or crashed in native code) takes down
 the chunks it ran, whose points are run again one at a time in a worker of their own, so that the
-point that kills its worker gets an error row and every other point its figures. Workers die with the process that started them, and Ctrl-C stops
-the sweep with every finished row kept (:class:`SweepInterrupted`).
+point that kills its worker gets an error row and every other point its figures. Workers die
+with the process that started them, and Ctrl-C stops the sweep with every finished row kept
+(:class:`SweepInterrupted`).
 """
 
 from __future__ import annotations
