@@ -33,8 +33,10 @@ LOWERED_FIELDS = ("prefill",)
 
 def _request(args: argparse.Namespace, name: str | None = None) -> DeviceRequest:
     """The device a verb's flags describe."""
+    stack = getattr(args, "runtime", None)
     return DeviceRequest(name or args.device, sets=tuple(args.set),
-                         add_tiers=tuple(args.add_tier), policy=args.policy)
+                         add_tiers=tuple(args.add_tier), policy=args.policy,
+                         runtime=stack if isinstance(stack, str) else "auto")
 
 
 def _workload(args: argparse.Namespace, *, skip: tuple[str, ...] = ()) -> Decode:

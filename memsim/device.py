@@ -205,12 +205,15 @@ class Device:
         """The cited source of a figure, by dotted path."""
         return dict(self.sources).get(field_path)
 
-    def with_overrides(self, overrides: Mapping[str, Any]) -> Device:
+    def with_overrides(self, overrides: Mapping[str, Any], *,
+                       runtime_name: str | None = None) -> Device:
         """A new, validated device with fields replaced, e.g. ``{"tiers.hbm.bandwidth": "5 TB/s"}``.
 
         ``runtime.*`` paths are what-ifs of the software stack the device runs
-        (``{"runtime.launch": "6 us"}``): kept as :attr:`runtime_overrides`, checked against the
-        device's own runtime now, and applied to whichever runtime a workload runs under.
+        (``{"runtime.launch": "6 us"}``): kept as :attr:`runtime_overrides`, checked now against
+        ``runtime_name`` (the runtime the workload names; None or ``auto``: the device's own),
+        and applied to whichever runtime a workload runs under. A what-if that can change no
+        figure of the device (:data:`INERT_PATHS`, a compute class no matmul runs in) is refused.
         """
         stack = {p[len("runtime."):]: v for p, v in overrides.items() if p.startswith("runtime.")}
         chip = {p: v for p, v in overrides.items() if not p.startswith("runtime.")}
@@ -224,10 +227,15 @@ class Device:
             self._scale_sustained(data, path, chip)
             self._scale_sustained_compute(data, path, chip)
         new = parse_device(data, file=f"{self.file} (with overrides)") if chip else self
+        for path in overrides:
+            _refuse_inert(self, new, path, overrides)
         merged = {**dict(self.runtime_overrides), **stack}
         if stack:
-            runtime(self.runtime or "vendor").with_overrides(merged)     # refused here if wrong
-        return dataclasses.replace(new, runtime_overrides=tuple(sorted(merged.items())))
+            stack_name = (runtime_name if runtime_name not in (None, "auto")
+                          else self.runtime or "vendor")
+            runtime(stack_name).with_overrides(thaw(FrozenTable(merged.items())))
+        return dataclasses.replace(new, runtime_overrides=tuple(
+            sorted((path, freeze(value)) for path, value in merged.items())))
 
     def _scale_sustained(self, data: dict, path: str, overrides: Mapping[str, Any]) -> None:
         """A new peak bandwidth keeps the tier's measured sustained/peak efficiency.
@@ -294,6 +302,89 @@ class Device:
         data = copy.deepcopy(self.data)
         del data["tiers"][_tier_position(data["tiers"], name, self.file)]
         return parse_device(data, file=f"{self.file} (without tier {name})")
+
+
+class FrozenList(tuple):
+    """A list value of a what-if (``custom_allreduce_chips = [4, 8]``), hashable."""
+
+
+class FrozenTable(tuple):
+    """A table value of a what-if (``one_shot_max_bytes = {"2" = "1 kB"}``) as ``(key, value)``
+    pairs, hashable; told apart from a list of pairs so that it is a table again when applied."""
+
+
+def freeze(value: Any) -> Any:
+    """A what-if value a request or a study point can hash: lists and tables frozen, each as
+    itself, so that :func:`thaw` gives back what the user wrote."""
+    if isinstance(value, (FrozenList, FrozenTable)):
+        return value
+    if isinstance(value, (list, tuple)):
+        return FrozenList(freeze(v) for v in value)
+    if isinstance(value, Mapping):
+        return FrozenTable((str(k), freeze(v)) for k, v in value.items())
+    return value
+
+
+def thaw(value: Any) -> Any:
+    """A frozen what-if value as the list or table it was."""
+    if isinstance(value, FrozenTable):
+        return {k: thaw(v) for k, v in value}
+    if isinstance(value, (list, tuple)):
+        return [thaw(v) for v in value]
+    return value
+
+
+#: Device fields no figure of memsim reads (each with what a user should set instead): a file
+#: may give them, as a spec sheet does, but a what-if of one would change nothing, so it is
+#: refused rather than accepted silently.
+INERT_PATHS = MappingProxyType({
+    "schema_version": "it is the file format's version, not a figure",
+    "core_memory": "memsim stages tiles in the on-chip tier (its first tier's capacity), not in a "
+                   "core's scratchpad; no figure reads core_memory",
+    "matrix_unit.k": "a matmul's time pads its rows to matrix_unit.m and its activation reuse "
+                     "follows matrix_unit.n; no figure reads matrix_unit.k",
+    "tdp": "a step's energy is idle_power x time plus its bytes' and operations' energies; tdp "
+           "only bounds idle_power (set it together with idle_power)",
+    "host_link.kind": "a draft on its own device reaches the target over host_link's bandwidth "
+                      "and latency; the link's kind selects nothing",
+    "runtime.fusion.attention_split": "no figure reads it: a flash-decoding split's combine "
+                                      "kernel is not counted (docs/runtime-format.md)",
+})
+#: What-ifs that count only together with another (path -> the path it serves).
+_INERT_UNLESS = MappingProxyType({"tdp": "idle_power"})
+
+
+def matmul_classes() -> frozenset[str]:
+    """The compute classes a matmul can run in: those of the activation formats (a matmul's
+    multiply-accumulate type is its activations', :mod:`memsim.precision`)."""
+    from memsim.formats import get_format
+    from memsim.workload import ACTIVATION_FORMATS
+    return frozenset(get_format(name).compute for name in ACTIVATION_FORMATS)
+
+
+def _refuse_inert(dev: Device, new: Device, path: str, overrides: Mapping[str, Any]) -> None:
+    """A ConfigError for a what-if that cannot change any figure of ``new`` (``dev`` with the
+    what-ifs ``overrides``)."""
+    why = INERT_PATHS.get(path)
+    parts = path.split(".")
+    if why is None and parts[0] in ("compute", "sustained_compute") and len(parts) == 2 \
+            and parts[1] != "vector" and parts[1] not in matmul_classes():
+        why = (f"no matmul runs in {parts[1]}: a matmul runs in its activations' type, and "
+               f"no activation format is {parts[1]} (the classes used are "
+               f"{', '.join(sorted(matmul_classes()))})")
+    if why is None and parts[0] == "tiers" and len(parts) == 3 and parts[2] == "kind" \
+            and not new.tier(parts[1]).sustained_defaulted:
+        why = (f"a tier's kind only picks its default sustained bandwidth, and tiers.{parts[1]} "
+               "gives its own sustained_bandwidth")
+    if why is not None and _INERT_UNLESS.get(path) not in overrides:
+        raise ConfigError(f"a what-if of {path} changes nothing: {why}", file=dev.file,
+                          field=path)
+    if (path == "matrix_unit.n" and dev.activation_width
+            and "tile.activation_width" not in overrides):
+        raise ConfigError(f"a what-if of matrix_unit.n changes nothing on {dev.name}: its "
+                          f"tile.activation_width ({dev.activation_width}) sets how many output "
+                          "columns one staged activation read feeds; set that instead",
+                          file=dev.file, field=path)
 
 
 def _number_from_text(value: Any) -> Any:
@@ -453,8 +544,10 @@ def _parse_link(table: Any, *, file: str, name: str) -> Link:
                              field=prefix + "topology", choices=TOPOLOGIES),
         max_chips=max_chips, energy_j_per_byte=energy,
         collective_latency_s=time("collective_latency"), kind=kind,
-        ranks_per_chip=require_int(table.get("ranks_per_chip", 1), file=file,
-                                   field=prefix + "ranks_per_chip"),
+        ranks_per_chip=int(check_figure(
+            require_int(table.get("ranks_per_chip", 1), file=file,
+                        field=prefix + "ranks_per_chip"),
+            "ranks_per_chip", file=file, field=prefix + "ranks_per_chip")),
     )
 
 

@@ -14,7 +14,7 @@ from memsim.errors import ConfigError
 from memsim.kernels import step as k
 from memsim.inputs import decode_from, device_from, model_from
 from memsim.model import Model
-from memsim.plan import Plan, SystemPlan, plan_system
+from memsim.plan import Plan, SystemPlan, crossing_link, plan_system
 from memsim.routing import Router
 from memsim.runtime import Runtime
 from memsim.report import ChipHoldings, OpGroups, Report, StepCounts, StepSummary, summarize
@@ -230,6 +230,31 @@ def run_system(system: SystemPlan) -> Report:
     return run.report()
 
 
+def link_energy_per_op(system: SystemPlan) -> float | np.ndarray:
+    """Energy per byte of the link each op's link bytes cross, J/B: a collective or all-to-all
+    of a group larger than one link domain, and a hand-off between stages in different domains,
+    cross the scale-out network (``scale_out.energy``); the rest the domain's ``link.energy``.
+    One figure when every op's is the same."""
+    dev = system.device
+    out = []
+    for plan in system.stages:
+        energy = np.full(plan.n_ops, dev.link.energy_j_per_byte if dev.link else 0.0)
+        if dev.link is not None and dev.scale_out is not None:
+            kinds = plan.op_int[:, k.C_KIND]
+            for op in np.flatnonzero((kinds == k.OP_COLLECTIVE) | (kinds == k.OP_ALL_TO_ALL)):
+                if plan.op_int[op, k.C_CHIPS] > dev.link.max_chips:
+                    energy[op] = dev.scale_out.energy_j_per_byte
+            for op in np.flatnonzero(kinds == k.OP_SEND):
+                to_first = plan.op_names[op] == "send_tokens"
+                tp = system.shard.tp
+                boundary, span = ((tp * plan.stages, tp * plan.stages) if to_first
+                                  else (tp * (plan.stage + 1), tp))
+                energy[op] = crossing_link(dev, boundary, span).energy_j_per_byte
+        out.append(energy)
+    energies = np.concatenate(out)
+    return float(energies[0]) if (energies == energies[0]).all() else energies
+
+
 class SystemRun:
     """A system plan's chips between steps: each stage's on-chip tier and the steps so far.
 
@@ -248,6 +273,7 @@ class SystemRun:
         self.weight_ops = (kind == k.OP_EMBED) | (kind == k.OP_NORM) | (kind == k.OP_MATMUL)
         self.peer_ops = (self.op_int[:, k.C_KIND] == k.OP_EMBED) & (system.workload.tp > 1)
         self.energy = tuple(float(e) for e in stages[0].tier_energy_j_per_byte)
+        self.link_energy = link_energy_per_op(system)
         self.host_s = host_time_per_step(stages[0].runtime,
                                          1 if system.parallel_stages else len(stages))
         self.static_power_w = (system.device.idle_power_w or 0.0) * system.chips
@@ -274,7 +300,7 @@ class SystemRun:
                             dev.energy_j_per_flop, op_stage=self.op_stage,
                             op_micro=self.op_micro, weight_ops=self.weight_ops,
                             tp=system.workload.tp,
-                            link_energy_j_per_byte=dev.link.energy_j_per_byte if dev.link else 0.0,
+                            link_energy_j_per_byte=self.link_energy,
                             peers=peers, peer_ops=self.peer_ops,
                             op_layer=self.op_int[:, k.C_LAYER] if system.parallel_stages
                             else None, op_kind=self.op_int[:, k.C_KIND],

@@ -9,8 +9,8 @@ Rules, the same from every entry point:
 
 - ``--set PATH=VALUE`` values are parsed by the field's type: integer fields (``cores``,
   ``link.max_chips``, ``tile.k``, ``matrix_unit.m``) take ``64`` or ``"64"``, a price takes a
-  number, everything else (quantities with units, names) is passed on as text for the device
-  parser to check.
+  number, a list or table is written as TOML (``[4, 8]``, ``{"2" = "1 kB"}``), everything else
+  (quantities with units, names) is passed on as text for the device parser to check.
 - A policy other than ``auto`` and the device's own is a what-if on the device: ``--policy
   hybrid`` means ``--set layout.policy=hybrid``, and the device parser accepts or refuses it
   the same way for both.
@@ -32,7 +32,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from memsim.device import Device, Link, device as catalog_device
+from memsim.device import Device, Link, device as catalog_device, freeze, thaw
+from memsim.datafile import tomllib
 from memsim.errors import ConfigError
 from memsim.model import Model, model as catalog_model
 from memsim.workload import Decode
@@ -113,6 +114,8 @@ def typed_value(path: str, value: Any, current: Any = None) -> Any:
             return int(str(value).strip().replace(",", ""))
         except ValueError:
             raise ConfigError(f"expected an integer, got {value!r}", field=path) from None
+    if isinstance(value, str) and value.strip()[:1] in ("[", "{"):
+        return _inline_value(value, path)
     if path in FLOAT_PATHS and isinstance(value, str):
         try:
             return float(value)
@@ -120,6 +123,16 @@ def typed_value(path: str, value: Any, current: Any = None) -> Any:
             raise ConfigError(f"expected a price in USD such as 2.99, got {value!r}",
                               field=path) from None
     return value
+
+
+def _inline_value(text: str, path: str) -> Any:
+    """A list or table written as TOML on the command line (``--set
+    runtime.collective.custom_allreduce_chips=[4,8]``), as a study file would give it."""
+    try:
+        return tomllib.loads(f"value = {text.strip()}")["value"]
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"expected a TOML list or table such as [4, 8] or {{\"2\" = \"1 kB\"}}, "
+                          f"got {text!r} ({exc})", field=path) from None
 
 
 @dataclass(frozen=True)
@@ -135,6 +148,8 @@ class DeviceRequest:
     policy : a memory policy; ``auto`` keeps the device's own, anything else sets
         ``layout.policy``.
     usd_per_chip_hour : a price per chip-hour (``None``: the device file's).
+    runtime : the runtime the workload runs under (a name; ``auto``: the device's own), against
+        which ``runtime.*`` what-ifs are checked.
     """
 
     device: str
@@ -142,6 +157,7 @@ class DeviceRequest:
     add_tiers: tuple[str, ...] = ()
     policy: str = "auto"
     usd_per_chip_hour: float | None = None
+    runtime: str = "auto"
 
     def __post_init__(self) -> None:
         if not isinstance(self.device, str) or not self.device.strip():
@@ -149,7 +165,7 @@ class DeviceRequest:
                               field="device")
         sets = parse_pairs(self.sets, field="--set",
                            example="KEY=VALUE such as tiers.hbm.bandwidth=5TB/s")
-        object.__setattr__(self, "sets", tuple((k, _hashable(v)) for k, v in sets))
+        object.__setattr__(self, "sets", tuple((k, freeze(v)) for k, v in sets))
         tiers = (self.add_tiers,) if isinstance(self.add_tiers, str) else self.add_tiers
         object.__setattr__(self, "add_tiers", tuple(str(t) for t in tiers))
         if self.usd_per_chip_hour is not None:
@@ -162,7 +178,8 @@ class DeviceRequest:
     def overrides(self, dev: Device) -> dict[str, Any]:
         """Every what-if this request makes of ``dev``, typed, as ``Device.with_overrides``
         takes them."""
-        out = {path: typed_value(path, value, _raw(dev.data, path)) for path, value in self.sets}
+        out = {path: typed_value(path, thaw(value), _raw(dev.data, path))
+               for path, value in self.sets}
         if self.policy not in ("auto", dev.layout.policy):
             asked = out.get(POLICY_PATH, self.policy)
             if asked != self.policy:
@@ -173,13 +190,6 @@ class DeviceRequest:
             out[PRICE_PATH] = self.usd_per_chip_hour
         return out
 
-
-def _hashable(value: Any) -> Any:
-    if isinstance(value, list):
-        return tuple(_hashable(v) for v in value)
-    if isinstance(value, Mapping):
-        return tuple((k, _hashable(v)) for k, v in value.items())
-    return value
 
 
 def device_from(request: DeviceRequest | Device | str, **what_ifs: Any) -> Device:
@@ -209,7 +219,7 @@ def _apply(dev: Device, request: DeviceRequest) -> Device:
     for template in request.add_tiers:
         dev = dev.with_tier(template)
     overrides = request.overrides(dev)
-    return dev.with_overrides(overrides) if overrides else dev
+    return (dev.with_overrides(overrides, runtime_name=request.runtime) if overrides else dev)
 
 
 def model_from(name: Model | str) -> Model:
@@ -249,8 +259,11 @@ def decode_from(fields: Mapping[str, Any] | Decode | None = None, **more: Any) -
 def request_of(device: str, *, sets: Any = (), add_tiers: Any = (),
                workload: Mapping[str, Any] | None = None,
                usd_per_chip_hour: float | None = None) -> DeviceRequest:
-    """The device request of a run whose workload names a policy (the one policy rule)."""
+    """The device request of a run whose workload names a policy (the one policy rule) and a
+    runtime (its ``runtime.*`` what-ifs are checked against it)."""
     policy = (workload or {}).get("policy", "auto")
+    stack = (workload or {}).get("runtime", "auto")
     return DeviceRequest(device, sets=sets, add_tiers=add_tiers,
                          policy=policy if isinstance(policy, str) else "auto",
-                         usd_per_chip_hour=usd_per_chip_hour)
+                         usd_per_chip_hour=usd_per_chip_hour,
+                         runtime=stack if isinstance(stack, str) else "auto")

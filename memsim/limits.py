@@ -35,7 +35,7 @@ if TYPE_CHECKING:  # the data floor: limits is imported by device.py, so no runt
     from memsim.workload import Decode
 
 __all__ = ["FIGURE_RANGES", "INT64_MAX", "MAX_LAYERS", "MAX_EXPERTS", "MAX_DIMENSION",
-           "MAX_STEPS", "MAX_TILE_ELEMENTS", "MAX_SAMPLES", "FigureRange",
+           "MAX_STEPS", "MAX_DRAFT_HEADS", "MAX_TILE_ELEMENTS", "MAX_SAMPLES", "FigureRange",
            "check_figure", "check_int64", "check_samples", "check_sizes", "largest_counts"]
 
 #: The largest value of a signed 64-bit counter: every byte, bit, FLOP and tile count of a plan
@@ -48,6 +48,7 @@ MAX_LAYERS = 4096
 MAX_EXPERTS = 4096
 MAX_DIMENSION = 2**24          # hidden, ffn, vocab, heads x head_dim: 16.7 M
 MAX_STEPS = 4096               # decode steps emulated in one run
+MAX_DRAFT_HEADS = 64           # self-drafting heads (Medusa: 5; Hydra: 4; EAGLE: one layer)
 MAX_TILE_ELEMENTS = 2**32      # tile_k x tile_n of one weight tile
 MAX_TILE_SIDE = 2**24          # tile_k or tile_n alone
 #: Monte Carlo draws of a speculative run (``--samples``): 10^7 draws take seconds.
@@ -113,6 +114,9 @@ FIGURE_RANGES = MappingProxyType({
     "matrix_unit": FigureRange("count", 1, 65536, why="1 to 65,536 per side (Groq: 320)"),
     "tile": FigureRange("count", 1, MAX_TILE_SIDE, why="1 to 2^24 elements per side"),
     "chips": FigureRange("count", 1, 2**24, why="1 to 16.7 million chips"),
+    "ranks_per_chip": FigureRange("count", 1, 1024,
+                                  why="1 to 1,024 tensor-parallel ranks per chip (one per core: "
+                                      "Inferentia2 runs 2, Trainium2 8)"),
 })
 
 
@@ -152,13 +156,15 @@ def check_samples(samples: int) -> int:
 def _check_shape(model: Model, workload: Decode) -> None:
     """Layers, experts, dimensions and steps within the planner's limits."""
     limits = [("layers", model.layers, MAX_LAYERS), ("moe.experts", model.experts, MAX_EXPERTS),
-              ("steps", workload.steps, MAX_STEPS)]
+              ("steps", workload.steps, MAX_STEPS),
+              ("draft_heads", workload.draft_heads, MAX_DRAFT_HEADS)]
     limits += [(name, getattr(model, name), MAX_DIMENSION)
                for name in ("hidden", "ffn", "vocab", "heads", "kv_heads", "head_dim")]
     limits.append(("heads x head_dim", model.heads * model.head_dim, MAX_DIMENSION))
     for name, value, largest in limits:
         if value > largest:
-            whose = "the workload's" if name == "steps" else f"{model.name}'s"
+            whose = ("the workload's" if name in ("steps", "draft_heads")
+                     else f"{model.name}'s")
             raise ConfigError(f"{whose} {name} = {value:,} is above memsim's limit of "
                               f"{largest:,} (docs/limits.md)", field=name)
 
@@ -196,7 +202,9 @@ def largest_counts(device: Device, model: Model, workload: Decode) -> dict[str, 
     tile_n = workload.tile_n or device.tile_n
     steps, new = workload.steps, workload.new_tokens
     wfmt, kvfmt = _widest_weight_format(model, workload.weights), get_format(workload.kv)
-    params = max(model.total_params, 1)
+    # each self-drafting head: a hidden x hidden residual block and a vocabulary projection
+    params = max(model.total_params, 1) + workload.draft_heads * model.hidden * (
+        model.hidden + model.vocab)
     k = max(model.hidden, 1)
     weights_bits = wfmt.tensor_bits((-(-params // k) + model.layers * 16, k))
     final_tokens = workload.context + steps * new

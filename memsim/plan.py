@@ -44,7 +44,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from memsim.device import Device, Link
+from memsim.device import Device, FrozenTable, Link, thaw
 from memsim.errors import CapacityError, ConfigError
 from memsim.checkpoints import WeightFormats, weight_formats
 from memsim.formats import Format, get_format
@@ -244,7 +244,7 @@ def resolve_runtime(device: Device, workload: Decode) -> Runtime:
 @functools.lru_cache(maxsize=64)
 def _with_what_ifs(stack: Runtime, overrides: tuple[tuple[str, object], ...]) -> Runtime:
     """A runtime with a device's ``runtime.*`` what-ifs, parsed once (not per stage)."""
-    return stack.with_overrides(dict(overrides))
+    return stack.with_overrides(thaw(FrozenTable(overrides)))
 
 
 # A device file's link kinds as the collective libraries' cost tables know them (DCN is the
@@ -264,6 +264,13 @@ def crossing_link(device: Device, boundary: int, span: int) -> Link:
     if device.scale_out is None or first // domain == last // domain:
         return link
     return device.scale_out
+
+
+def group_link(device: Device, chips: int) -> Link:
+    """The link a collective of ``chips`` chips runs over: the link domain's, or the scale-out
+    network's for a group larger than one domain (whose ``topology`` then sets its hops)."""
+    domain = device.link
+    return domain if chips <= domain.max_chips or device.scale_out is None else device.scale_out
 
 
 # The op columns a collective's time depends on (its buffer, chips, passes and hops).
@@ -1126,7 +1133,7 @@ def _plan_stage(device: Device, model: Model, workload: Decode, policy: str, sh:
     kv_dequant = (0.0 if runtime_type(device, kvfmt.compute)[0]
                   == runtime_type(device, act.compute)[0] else float(max(kvfmt.dequant_ops, 1)))
     link = device.link
-    steps_per_pass = collective_steps(link.topology, sh.tp) if link else 0
+    steps_per_pass = collective_steps(group_link(device, sh.tp).topology, sh.tp) if link else 0
 
     # The stage's tensors: its weights once, each microbatch's KV cache of its layers.
     table = place_items(placer, items, sh.kv_heads, mb, workload.microbatches)
@@ -1222,7 +1229,8 @@ def _plan_stage(device: Device, model: Model, workload: Decode, policy: str, sh:
 
     residual_adds = 0 if fusion.fused_norm_residual else 1
     h, hd = model.hidden, model.head_dim
-    a2a_steps = collective_steps(link.topology, workload.ep) if link else 0
+    a2a_steps = (collective_steps(group_link(device, workload.ep).topology, workload.ep)
+                 if link else 0)
 
     def moe(layer: int) -> None:
         """Router, then each routed expert of this chip on the tokens the step sends it (a fused

@@ -520,7 +520,8 @@ class OpGroups:
 
 def summarize(counts: StepCounts, tier_names: tuple[str, ...], energy_j_per_byte: tuple[float, ...],
               energy_j_per_flop: float, *, op_stage: np.ndarray, op_micro: np.ndarray,
-              weight_ops: np.ndarray, tp: int = 1, link_energy_j_per_byte: float = 0.0,
+              weight_ops: np.ndarray, tp: int = 1,
+              link_energy_j_per_byte: float | np.ndarray = 0.0,
               peers: StepCounts | None = None,
               peer_ops: np.ndarray | None = None,
               op_layer: np.ndarray | None = None, op_kind: np.ndarray | None = None,
@@ -537,8 +538,9 @@ def summarize(counts: StepCounts, tier_names: tuple[str, ...], energy_j_per_byte
     With ``op_layer`` the stages are chips working side by side (expert parallel) that wait for
     each other at every layer: the step is the sum over layers of the slowest chip's time.
     ``host_s`` is the runtime's host time on the critical path per step; ``static_power_w`` the
-    whole system's static power, W. ``groups`` is :class:`OpGroups` of these ops, when the
-    caller keeps one across steps.
+    whole system's static power, W. ``link_energy_j_per_byte`` is one figure for every op, or
+    one per op (the link each op's bytes cross). ``groups`` is :class:`OpGroups` of these ops,
+    when the caller keeps one across steps.
     """
     if groups is None:
         groups = OpGroups(len(tier_names), op_stage, op_micro, weight_ops, op_kind)
@@ -581,18 +583,22 @@ def summarize(counts: StepCounts, tier_names: tuple[str, ...], energy_j_per_byte
     time_split = _time_split(counts.times, critical, groups.spent_on, step_time, host_s,
                              float(work.mean()))
 
-    total = chip.sum(axis=0)
-    weight_total = chip_weight.sum(axis=0)
+    # The system's totals are Python integers: one chip's counts fit int64 (limits.check_sizes),
+    # but summed over stages and multiplied by the tensor-parallel chips they may not.
+    total = chip.astype(object).sum(axis=0)
+    weight_total = chip_weight.astype(object).sum(axis=0)
     if peers is None or peer_ops is None or not peer_ops.any():
         every = total * tp
         weight_read = weight_total * tp
     else:         # the peer ops count the emulated chip once, plus what the peers did
         peer_group = np.where(peer_ops, 0, -1)
-        own, own_weight = _totals(counts, peer_group, 1, groups.weight_ops)
-        peer_total, peer_weight = _totals(peers, np.zeros_like(peer_group), 1,
-                                          groups.weight_ops)
-        every = (total - own[0]) * tp + own[0] + peer_total[0]
-        weight_read = (weight_total - own_weight[0]) * tp + own_weight[0] + peer_weight[0]
+        own, own_weight = (a[0].astype(object) for a in
+                           _totals(counts, peer_group, 1, groups.weight_ops))
+        peer_total, peer_weight = (a[0].astype(object) for a in
+                                   _totals(peers, np.zeros_like(peer_group), 1,
+                                           groups.weight_ops))
+        every = (total - own) * tp + own + peer_total
+        weight_read = (weight_total - own_weight) * tp + own_weight + peer_weight
     every_list = every.tolist()
     read, written = every_list[col.read], every_list[col.written]
     results = every_list[col.results]
@@ -602,7 +608,9 @@ def summarize(counts: StepCounts, tier_names: tuple[str, ...], energy_j_per_byte
     energy = sum((read[i] + written[i]) * energy_j_per_byte[i]
                  for i in range(len(tier_names)))
     energy += (act_read + act_written) * energy_j_per_byte[0]
-    energy += link * link_energy_j_per_byte
+    energy += (link * link_energy_j_per_byte if np.ndim(link_energy_j_per_byte) == 0
+               else float(_bytes(counts.results[:, k.R_LINK_BITS]) @ link_energy_j_per_byte)
+               * tp)
     energy += (results[k.R_FLOPS] + results[k.R_VECTOR_OPS]) * energy_j_per_flop
     static_energy = static_power_w * step_time
     return StepSummary(

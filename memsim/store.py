@@ -1,9 +1,13 @@
 """The results store: one SQLite row per study point, written as each point completes.
 
 A row holds the point's key, its study, its inputs, its figures (or the error that stopped it),
-memsim's version and how long it took. Rows are inserted once (the first write of a key wins) and
+memsim's version and how long it took. Rows are inserted once per memsim version (the first write
+of a key wins; a row another version wrote is replaced when this one computes the point again) and
 each is committed on its own, so a study killed at any moment keeps every row it wrote, and a
-rerun computes only the points the store does not hold.
+rerun computes only the points the store does not hold at this version.
+
+A point belongs to every study that asked for it (the ``members`` table): two studies sharing a
+point in one store compute it once, and each study's export holds it.
 
 Opening checks the file: a store path that keeps nothing (``""``, ``:memory:``) is refused, a
 damaged file (``PRAGMA quick_check``) or a ``points`` table of another shape is refused with
@@ -33,6 +37,11 @@ CREATE TABLE IF NOT EXISTS points (
     version TEXT NOT NULL,
     seconds REAL NOT NULL,
     written REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS members (
+    study TEXT NOT NULL,
+    key TEXT NOT NULL,
+    PRIMARY KEY (study, key)
 )
 """
 COLUMNS = ("key", "study", "inputs", "figures", "error", "version", "seconds", "written")
@@ -73,7 +82,7 @@ class Store:
                 # a committed row survives the process being killed; only a power cut could
                 # lose the last commits, which a rerun then computes again
                 self.db.execute("PRAGMA synchronous=NORMAL")
-                self.db.execute(SCHEMA)
+                self.db.executescript(SCHEMA)
                 self.db.commit()
                 break
             except sqlite3.OperationalError as exc:
@@ -105,32 +114,48 @@ class Store:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def keys(self) -> set[str]:
-        """Keys of the points the store holds."""
-        return {row[0] for row in self.db.execute("SELECT key FROM points")}
+    def keys(self, version: str | None = None) -> set[str]:
+        """Keys of the points the store holds (written by memsim ``version``, if given)."""
+        if version is None:
+            return {row[0] for row in self.db.execute("SELECT key FROM points")}
+        return {row[0] for row in self.db.execute("SELECT key FROM points WHERE version = ?",
+                                                  (version,))}
+
+    def claim(self, study: str, keys: Iterable[str]) -> None:
+        """Record that ``study`` asked for the points ``keys`` (held ones included)."""
+        self.db.executemany("INSERT OR IGNORE INTO members VALUES (?, ?)",
+                            ((study, key) for key in keys))
+        self.db.commit()
 
     def add(self, key: str, study: str, inputs: dict[str, Any], figures: dict[str, Any] | None,
             error: str | None, version: str, seconds: float) -> bool:
-        """Insert one point's row and commit it; False when the key was already there."""
+        """Insert one point's row and commit it; False when the key was already there at this
+        version (a row of another version is replaced). Figures must be finite: NaN and
+        infinity have no JSON spelling and are refused (ValueError)."""
         cursor = self.db.execute(
-            "INSERT OR IGNORE INTO points VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            "INSERT INTO points VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (key) DO UPDATE SET "
+            "study = excluded.study, inputs = excluded.inputs, figures = excluded.figures, "
+            "error = excluded.error, version = excluded.version, seconds = excluded.seconds, "
+            "written = excluded.written WHERE points.version != excluded.version",
             (key, study, json.dumps(inputs, sort_keys=True, default=str),
-             None if figures is None else json.dumps(figures, sort_keys=True),
+             None if figures is None else json.dumps(figures, sort_keys=True, allow_nan=False),
              error, version, seconds, time.time()))
+        self.db.execute("INSERT OR IGNORE INTO members VALUES (?, ?)", (study, key))
         self.db.commit()
         return cursor.rowcount == 1
 
     def rows(self, study: str | None = None) -> list[dict[str, Any]]:
-        """Every row (of one study), inputs and figures decoded, in key order."""
+        """Every row (of one study: every point it asked for, whichever study computed it
+        first), inputs and figures decoded, in key order."""
         query = "SELECT key, study, inputs, figures, error, version, seconds FROM points"
         args: tuple = ()
         if study is not None:
-            query += " WHERE study = ?"
-            args = (study,)
+            query += " WHERE study = ? OR key IN (SELECT key FROM members WHERE study = ?)"
+            args = (study, study)
         out = []
         for key, name, inputs, figures, error, version, seconds in self.db.execute(
                 query + " ORDER BY key", args):
-            out.append({"key": key, "study": name, "inputs": json.loads(inputs),
+            out.append({"key": key, "study": study or name, "inputs": json.loads(inputs),
                         "figures": None if figures is None else json.loads(figures),
                         "error": error, "version": version, "seconds": seconds})
         return out
@@ -163,11 +188,25 @@ class Store:
         except ImportError:
             raise ConfigError("exporting to a DataFrame needs pandas: pip install "
                               "'memsim[dataframe]'", field="export") from None
-        return pandas.DataFrame(self.flat_rows(study))
+        rows = self.flat_rows(study)
+        columns = list(dict.fromkeys(c for row in rows for c in row))
+        return pandas.DataFrame({c: _column([row.get(c) for row in rows], pandas)
+                                 for c in columns})
 
     def to_parquet(self, path: str | Path, study: str | None = None) -> None:
         """Write the flat rows to a Parquet file (``pip install memsim[dataframe]``)."""
         self.to_dataframe(study).to_parquet(path)
+
+
+def _column(values: list[Any], pandas: Any) -> Any:
+    """A column of counts stays exact: integers with a missing value (an error row) are
+    pandas' nullable Int64 (or Python integers past int64), not floats that round above 2^53."""
+    present = [v for v in values if v is not None]
+    if present and all(isinstance(v, int) and not isinstance(v, bool) for v in present):
+        if all(-2**63 <= v < 2**63 for v in present):
+            return pandas.array(values, dtype="Int64")
+        return pandas.array(values, dtype=object)
+    return values
 
 
 def _flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:

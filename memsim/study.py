@@ -14,6 +14,7 @@ read from a TOML study file with :func:`load_study`:
     weights = "int8"
     [grid.set]                               # device what-ifs, each a list of values
     "tiers.sram.capacity" = ["32 MiB", "256 MiB"]
+    "runtime.collective.custom_allreduce_chips" = [[2, 4], [8]]   # a list value is a list
     [grid.speculative]                       # optional: speculative decoding points
     draft = "llama-3.2-1b"
     gamma = [2, 4]
@@ -31,15 +32,18 @@ import hashlib
 import itertools
 import json
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, fields
+from dataclasses import MISSING, dataclass, fields
 from pathlib import Path
 from typing import Any
 
 from memsim.datafile import read_toml_file
 from memsim.errors import ConfigError
+from memsim.inputs import freeze
 from memsim.workload import Decode
 
 DECODE_FIELDS = tuple(f.name for f in fields(Decode))
+#: Decode's defaults, as a point stores them (a placement as its pairs).
+DECODE_DEFAULTS = {f.name: f.default for f in fields(Decode) if f.default is not MISSING}
 SPEC_FIELDS = ("draft", "gamma", "acceptance", "method", "tree", "draft_device",
                "draft_weights", "samples")
 POINT_KEYS = ("device", "model", "set", "add_tier")
@@ -64,8 +68,13 @@ class Point:
 
     @property
     def key(self) -> str:
-        """A stable identity: the hash of the canonical JSON of the inputs."""
-        text = json.dumps(self.inputs(), sort_keys=True, separators=(",", ":"), default=str)
+        """A stable identity: the hash of the canonical JSON of the inputs, in which a workload
+        field given at its Decode default is left out (``batch = 1`` and no ``batch`` are one
+        point, and one row)."""
+        inputs = self.inputs()
+        inputs["workload"] = {k: v for k, v in inputs["workload"].items()
+                              if not _is_default(k, v)}
+        text = json.dumps(inputs, sort_keys=True, separators=(",", ":"), default=str)
         return hashlib.sha256(text.encode()).hexdigest()[:32]
 
     def shape_key(self) -> tuple:
@@ -82,6 +91,13 @@ class Study:
     points: tuple[Point, ...]
 
 
+def _is_default(name: str, value: Any) -> bool:
+    """True when a workload field is given at Decode's default (of the same type: ``tp = 1.0``
+    is a mistake to report, not the default)."""
+    default = DECODE_DEFAULTS.get(name, MISSING)
+    return type(value) is type(default) and value == default
+
+
 def _values(value: Any) -> list[Any]:
     return list(value) if isinstance(value, (list, tuple)) else [value]
 
@@ -94,6 +110,12 @@ def _freeze(value: Any) -> Any:
     if isinstance(value, Mapping):
         return tuple((str(k), _freeze(v)) for k, v in value.items())
     return value
+
+
+def _what_if_value(value: Any) -> Any:
+    """A device what-if's value as a point keeps it: a scalar as its text (``64`` and ``"64"``
+    are one point), a list or table frozen as itself (``[4, 8]``, not the text ``"[4, 8]"``)."""
+    return freeze(value) if isinstance(value, (list, tuple, Mapping)) else str(value)
 
 
 def _table(value: Any, field: str) -> Mapping[str, Any]:
@@ -149,7 +171,7 @@ def grid(*, device: Any, model: Any, set: Mapping[str, Any] | None = None,  # no
         points.append(Point(
             device=str(parts["point"]["device"]), model=str(parts["point"]["model"]),
             workload=tuple(sorted((k, _freeze(v)) for k, v in parts["workload"].items())),
-            overrides=tuple(sorted((k, str(v)) for k, v in parts["set"].items())),
+            overrides=tuple(sorted((k, _what_if_value(v)) for k, v in parts["set"].items())),
             add_tiers=tuple(parts["point"]["add_tier"]),
             speculative=tuple(sorted((k, _freeze(v)) for k, v in parts["speculative"].items())),
         ))
@@ -183,7 +205,7 @@ def load_study(path: str | Path) -> Study:
     if not points:
         raise ConfigError("the study has no points: give a [grid] or [[point]] tables",
                           file=file, field="grid")
-    return Study(name=name, points=tuple(_unique(points)))
+    return Study(name=name, points=tuple(unique_points(points)))
 
 
 def _grid_of(where: str, table: Mapping[str, Any]) -> list[Point]:
@@ -199,7 +221,8 @@ def _grid_of(where: str, table: Mapping[str, Any]) -> list[Point]:
         raise ConfigError(exc.reason, field=where + field.removeprefix("grid")) from None
 
 
-def _unique(points: Iterable[Point]) -> list[Point]:
+def unique_points(points: Iterable[Point]) -> list[Point]:
+    """The points in order, each key once (a point listed twice is one row)."""
     seen: dict[str, Point] = {}
     for point in points:
         seen.setdefault(point.key, point)

@@ -3,13 +3,17 @@
 Points are cut into chunks of points that share a model and device (a worker keeps what it
 loaded), and the chunks run in parallel; only this process writes the store, one committed row
 per point as its chunk comes back. A point that fails, in whatever way, becomes a row with its
-error, and the sweep goes on. Workers die with the process that started them, and Ctrl-C stops
-the sweep with every finished row kept (:class:`SweepInterrupted`).
+error, and the sweep goes on: a worker that dies (killed, or crashed in native code) takes down
+the chunks it ran, whose points are run again one at a time in a worker of their own, so that the
+point that kills its worker gets an error row and every other point its figures. Workers die
+with the process that started them, and Ctrl-C stops the sweep with every finished row kept
+(:class:`SweepInterrupted`).
 """
 
 from __future__ import annotations
 
 import ctypes
+import math
 import multiprocessing
 import os
 import signal
@@ -18,6 +22,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
@@ -28,7 +33,7 @@ from memsim.inputs import decode_from, device_from, model_from, request_of
 from memsim.plan import is_timing_path, plan_system, retarget
 from memsim.speculative import speculative
 from memsim.store import Store, write_rows
-from memsim.study import Point, Study, grid
+from memsim.study import Point, Study, grid, unique_points
 
 CHUNK_POINTS = 8
 PR_SET_PDEATHSIG = 1            # prctl(2) option: a signal for the child when its parent dies
@@ -125,10 +130,29 @@ def evaluate(point: Point) -> tuple[str, dict[str, Any], dict[str, Any] | None, 
                        if k not in ("monte_carlo", "verify_time_by_bound")}
         else:
             figures = figures_of(run_system(_plan(point, dev, mod)))
+        figures = plain_figures(figures)
         error = None
-    except Exception as exc:    # noqa: BLE001 - any failure is this point's row, not the study's
+    except (Exception, SystemExit) as exc:   # noqa: BLE001 - any failure is this point's row
         figures, error = None, f"{type(exc).__name__}: {exc}"
     return point.key, point.inputs(), figures, error, time.perf_counter() - start
+
+
+class NonFiniteFigure(ValueError):
+    """A figure came out NaN or infinite: the point's row says which, instead of a number."""
+
+
+def plain_figures(value: Any, path: str = "") -> Any:
+    """Figures as plain JSON data (numpy scalars as Python numbers); a NaN or infinite figure
+    raises :class:`NonFiniteFigure` naming it, so that no row stores one as a number."""
+    if isinstance(value, Mapping):
+        return {str(k): plain_figures(v, f"{path}{k}.") for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plain_figures(v, f"{path}{i}.") for i, v in enumerate(value)]
+    if hasattr(value, "item") and callable(value.item):     # a numpy scalar
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        raise NonFiniteFigure(f"figure {path.rstrip('.')} is {value!r}, not a finite number")
+    return value
 
 
 def evaluate_chunk(points: Sequence[Point]) -> list[tuple]:
@@ -179,14 +203,16 @@ def sweep(study: Study | Sequence[Point] | Mapping[str, Any],
     if isinstance(study, Mapping):
         study = list(grid(**study))
     if isinstance(study, Study):
-        points, study_name = list(study.points), name or study.name
+        points, study_name = unique_points(study.points), name or study.name
     else:
-        points, study_name = list(study), name or "study"
+        points, study_name = unique_points(study), name or "study"
     if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
         raise ConfigError(f"expected at least one job, got {jobs!r}", field="jobs")
     start = time.perf_counter()
+    from memsim import __version__
     with Store(store) as results:
-        held = results.keys()
+        held = results.keys(version=__version__)
+        results.claim(study_name, (p.key for p in points))
         todo = [p for p in points if p.key not in held]
         bar = Progress(len(todo), sys.stderr if progress else None)
         errors: list[str] = []
@@ -241,23 +267,63 @@ def _watch_parent(parent: int) -> None:
     os._exit(1)
 
 
-def _run_local(work: list[list[Point]], jobs: int,
-               record: Callable[[list[tuple]], None]) -> None:
+WORKER_DIED = ("WorkerDied: the worker process running this point ended abruptly (killed, out "
+               "of memory, or crashed in native code)")
+
+
+def _pool(jobs: int) -> ProcessPoolExecutor:
     method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
-    before = set(multiprocessing.active_children())
-    pool = ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context(method),
+    return ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context(method),
                                initializer=_die_with_parent, initargs=(os.getpid(),))
+
+
+def _run_pool(pool: ProcessPoolExecutor, work: list[list[Point]],
+              record: Callable[[list[tuple]], None], *, in_order: bool = False) -> list[Point]:
+    """Run the chunks on ``pool``; the points of chunks whose worker died, not recorded.
+
+    ``in_order`` stops at the first chunk that died and returns it first, then the rest
+    unrun (on a pool of one worker that chunk is the one that killed it).
+    """
+    before = set(multiprocessing.active_children())
+    lost: list[Point] = []
     try:
-        futures = [pool.submit(evaluate_chunk, chunk) for chunk in work]
-        for future in as_completed(futures):
-            record(future.result())
+        futures = {pool.submit(evaluate_chunk, chunk): chunk for chunk in work}
+        for future in (list(futures) if in_order else as_completed(futures)):
+            try:
+                rows = future.result()
+            except BrokenProcessPool:
+                lost += futures[future]
+                if in_order:
+                    later = list(futures)[list(futures).index(future) + 1:]
+                    lost += [p for f in later for p in futures[f]]
+                    break
+                continue
+            record(rows)
     except BaseException:
         workers = set(multiprocessing.active_children()) - before
         pool.shutdown(wait=False, cancel_futures=True)
         for worker in workers:
             worker.kill()
         raise
-    pool.shutdown()
+    pool.shutdown(cancel_futures=True)
+    return lost
+
+
+def _isolate(points: list[Point], record: Callable[[list[tuple]], None]) -> None:
+    """Run points whose worker died one at a time, each pool of one worker in turn: the first
+    point of a pool that dies killed it and gets an error row; the rest run again."""
+    while points:
+        lost = _run_pool(_pool(1), [[p] for p in points], record, in_order=True)
+        if not lost:
+            return
+        culprit, points = lost[0], lost[1:]
+        record([(culprit.key, culprit.inputs(), None, WORKER_DIED, 0.0)])
+
+
+def _run_local(work: list[list[Point]], jobs: int,
+               record: Callable[[list[tuple]], None]) -> None:
+    lost = _run_pool(_pool(jobs), work, record)
+    _isolate(lost, record)
 
 
 def _run_dask(work: list[list[Point]], scheduler: str, jobs: int,
@@ -284,14 +350,22 @@ def _run_dask(work: list[list[Point]], scheduler: str, jobs: int,
         raise ConfigError(f"cannot reach the Dask scheduler ({type(exc).__name__}: "
                           f"{str(exc).splitlines()[0] if str(exc) else 'no answer'}); is it "
                           "running?", field="--scheduler") from None
+    lost: list[Point] = []
     try:
         futures = client.map(evaluate_chunk, work, pure=False)
+        chunk_of = {future.key: chunk for future, chunk in zip(futures, work)}
         for future in dask_completed(futures):
-            record(future.result())
+            try:
+                rows = future.result()
+            except Exception:       # noqa: BLE001 - a killed worker (KilledWorker) or worse
+                lost += chunk_of[future.key]
+                continue
+            record(rows)
     finally:
         client.close()
         if cluster is not None:
             cluster.close()
+    _isolate(lost, record)
 
 
 def run_points(points: Iterable[Point]) -> list[tuple]:

@@ -33,8 +33,9 @@ def test_an_integer_field_refuses_what_is_not_one(value):
 
 def test_quantities_are_passed_on_as_text():
     assert typed_value("tiers.hbm.bandwidth", "5 TB/s", "3.35 TB/s") == "5 TB/s"
-    assert typed_value("core_memory", "100 KiB", "228 KiB") == "100 KiB"
-    assert device_from("h100-sxm", sets=("core_memory=100 KiB",)).core_memory == 100 * 1024
+    assert typed_value("tiers.sram.capacity", "100 KiB", "50 MB") == "100 KiB"
+    assert device_from("h100-sxm", sets=("tiers.sram.capacity=100 KiB",)).tier("sram").capacity \
+        == 100 * 1024
 
 
 def test_a_price_is_the_cost_what_if():

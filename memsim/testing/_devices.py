@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 from hypothesis.strategies import SearchStrategy
 
-from memsim.device import LINK_KINDS, RUNTIME_NAMES, TIER_KINDS, TOPOLOGIES, Device
+from memsim.device import (LINK_KINDS, RUNTIME_NAMES, TIER_KINDS, TOPOLOGIES, Device,
+                           matmul_classes)
 from memsim.formats import COMPUTE_CLASSES
 from memsim.units import parse_quantity
 
@@ -213,10 +214,10 @@ _TIER_FIELDS = {"capacity": "B", "bandwidth": "B/s", "sustained_bandwidth": "B/s
 
 def perturbable_fields(device: Device) -> tuple[str, ...]:
     """The figures a perturbation scales by default: clock, cores, launch cost, energy per
-    operation, every compute peak, each tier's capacity, bandwidth, latency and energy, and the
+    operation, every compute peak a matmul can run at (:func:`memsim.device.matmul_classes`), each tier's capacity, bandwidth, latency and energy, and the
     link's bandwidth and latency."""
     fields = ["clock", "cores", "overheads.op_launch", "energy.per_flop", "compute.vector"]
-    fields += [f"compute.{name}" for name, _ in device.compute]
+    fields += [f"compute.{name}" for name, _ in device.compute if name in matmul_classes()]
     for tier in device.tiers:
         fields += [f"tiers.{tier.name}.{key}" for key in ("capacity", "bandwidth", "latency",
                                                            "energy")]
