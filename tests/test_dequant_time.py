@@ -39,7 +39,7 @@ def _pipes(table: dict) -> tuple:
 
 def test_kernel_has_a_column_pair_per_pipe():
     assert k.N_GEMV_PIPES == MAX_PIPES
-    assert k.N_FLOAT_COLS == k.F_GEMV + 2 * MAX_PIPES
+    assert k.F_MLP == k.F_GEMV + 2 * MAX_PIPES
 
 
 def test_a_pipe_takes_its_classes_over_rate_times_clock():
