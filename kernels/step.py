@@ -14,7 +14,11 @@ A matmul unit's operations run on the matrix units with M padded to their row gr
 dequantization overlapped on the vector units (separate pipes: Marlin, Frantar et al. 2024), or,
 where ``C_GEMV`` allows it, as a GEMV on the vector units with no padding (TRT-LLM's fpA_intB
 GEMV, llama.cpp's mmvq): the faster of the two. A GEMV whose runtime counts its instructions
-(``F_GEMV``) takes its slowest instruction pipe, weights x instructions / (rate x clock). ``C_ACT_REUSE`` adjacent N tiles share one read
+(``F_GEMV``) takes its slowest instruction pipe, weights x instructions / (rate x clock). A GEMV
+whose runtime says how many weight bytes its blocks keep in flight (``F_MLP``), at no more
+activation rows than the kernel runs at, reads an off-chip tier no faster than Little's law lets
+it: bytes in flight on the chip over the tier's latency, so a wave's bits from that tier take
+at least bits / 8 x latency / bytes in flight. ``C_ACT_REUSE`` adjacent N tiles share one read
 of the activation chunk, which their core keeps staged in its own memory.
 
 A prompt (prefill, or a prefill chunk riding in a decode step) tiles M too: with ``C_TILE_M`` set
@@ -108,7 +112,10 @@ F_LINK_LATENCY_S = 4  # collectives: its latency (start-up and steps)
 F_GEMV = 5          # matmul: N_GEMV_PIPES fixed then N_GEMV_PIPES per-row seconds per weight on
                     # one core of the runtime's GEMV kernel, per pipe (all 0: no count)
 N_GEMV_PIPES = 8    # memsim.instructions.MAX_PIPES
-N_FLOAT_COLS = F_GEMV + 2 * N_GEMV_PIPES
+F_MLP = F_GEMV + 2 * N_GEMV_PIPES   # matmul: the GEMV's bytes in flight per block, resident
+                    # blocks per core, output rows per block, most activation rows (0: no bound)
+N_MLP_COLS = 4      # memsim.instructions.MLP_COLUMNS
+N_FLOAT_COLS = F_MLP + N_MLP_COLS
 
 # Columns of the per-op integer results.
 R_HITS = 0
@@ -544,8 +551,12 @@ def _charge_misses(op, wave_bits, read_bits):
 
 
 @jit
-def _close_wave(op, wave_bits, unit_compute_s, tier_bandwidth, tier_latency_s, times):
-    """Charge one wave's time to the column of what bound it, plus its exposed latency."""
+def _close_wave(op, wave_bits, unit_compute_s, tier_bandwidth, tier_latency_s, times,
+                in_flight_bytes):
+    """Charge one wave's time to the column of what bound it, plus its exposed latency.
+
+    ``in_flight_bytes`` > 0 (a GEMV's bytes in flight on the chip) bounds each off-chip tier's
+    rate by Little's law: its bits take at least bits / 8 x latency / in_flight_bytes."""
     n_tiers = tier_bandwidth.shape[0]
     best = unit_compute_s
     best_col = n_tiers + 1
@@ -554,6 +565,8 @@ def _close_wave(op, wave_bits, unit_compute_s, tier_bandwidth, tier_latency_s, t
         if wave_bits[t] > 0:
             farthest = t
             seconds = wave_bits[t] / 8.0 / tier_bandwidth[t]
+            if t > 0 and in_flight_bytes > 0.0:
+                seconds = max(seconds, wave_bits[t] / 8.0 * tier_latency_s[t] / in_flight_bytes)
             if seconds > best:
                 best = seconds
                 best_col = t
@@ -799,6 +812,18 @@ def _unit_seconds(rows, unit_elements, m_grain, core_peak, core_vector, dequant_
     return unit_s
 
 
+@jit_inline
+def _in_flight_bytes(mlp, rows, n, n_cores, gemv):
+    """A GEMV's weight bytes in flight on the chip (``F_MLP`` columns): its resident blocks,
+    as many as its ``n`` output rows make and at most ``mlp[1]`` per core, times ``mlp[0]``
+    bytes each; 0 (no bound) without the columns, off the GEMV path or above ``mlp[3]`` rows."""
+    if not gemv or mlp[0] <= 0.0 or rows > mlp[3]:
+        return 0.0
+    rows_per_block = np.int64(mlp[2])
+    blocks = (n + rows_per_block - 1) // rows_per_block
+    return min(float(blocks), n_cores * mlp[1]) * mlp[0]
+
+
 @jit
 def _uniform_units(op, u0, u1, nt0, split, rows, k, n, tn, k_tiles, k_tiles_per_unit, unit_k,
                    prefix_row_bits, prefix_k, tensor_meta_bits, act_reuse, act_bits, out_bits,
@@ -861,6 +886,7 @@ def _matmul(op, m, op_int, op_float, n_cores, vector_rate, tier_bandwidth, tier_
     dequant_ops = op_float[op, F_DEQUANT_OPS]
     gemv = op_int[op, C_GEMV] == 1
     gemv_s = op_float[op, F_GEMV:F_GEMV + 2 * N_GEMV_PIPES]
+    in_flight = _in_flight_bytes(op_float[op, F_MLP:F_MLP + N_MLP_COLS], m, n, n_cores, gemv)
     act_reuse = op_int[op, C_ACT_REUSE]
     quant_ops = op_float[op, F_ACT_QUANT_OPS] * m * k
 
@@ -1010,7 +1036,7 @@ def _matmul(op, m, op_int, op_float, n_cores, vector_rate, tier_bandwidth, tier_
             wave_on_chip += _split_reduction(op, m, n, n, split, act_bits, results)
         wave_bits[0] += wave_on_chip
         _charge_misses(op, wave_bits, read_bits)
-        _close_wave(op, wave_bits, slowest, tier_bandwidth, tier_latency_s, times)
+        _close_wave(op, wave_bits, slowest, tier_bandwidth, tier_latency_s, times, in_flight)
     if streamed:
         _fill_streamed(tensor, n_tiles * k_tiles, miss_bits, k, n, tk, tn, k_tiles, aligned, full_bits,
                        elem_bits, group, meta_bits, padded, tensor_meta_bits, arena)
@@ -1153,7 +1179,7 @@ def _attention(op, op_int, op_float, step, n_cores, vector_rate, tier_bandwidth,
                                              act_bits, results)
         wave_bits[0] += wave_on_chip
         _charge_misses(op, wave_bits, read_bits)
-        _close_wave(op, wave_bits, slowest, tier_bandwidth, tier_latency_s, times)
+        _close_wave(op, wave_bits, slowest, tier_bandwidth, tier_latency_s, times, 0.0)
     if streamed:
         _fill_streamed_kv(tensor, streams, parts, blocks, max_blocks, split_at, bits_lo,
                           bits_hi, miss_bits, arena)
@@ -1189,7 +1215,7 @@ def _kv_append(op, op_int, step, n_cores, tier_bandwidth, tier_latency_s, tier_g
     results[op, R_ACT_READ_BITS] += act
     wave_bits[0] += act
     results[op, R_WAVES] += (streams + n_cores - 1) // n_cores
-    _close_wave(op, wave_bits, 0.0, tier_bandwidth, tier_latency_s, times)
+    _close_wave(op, wave_bits, 0.0, tier_bandwidth, tier_latency_s, times, 0.0)
 
 
 @jit
@@ -1244,7 +1270,8 @@ def _vector_op(op, op_int, step, seed, vector_rate, tier_bandwidth, tier_latency
     wave_bits[0] += m * k * act_bits
     results[op, R_WAVES] += 1
     _charge_misses(op, wave_bits, read_bits)
-    _close_wave(op, wave_bits, vector_ops / vector_rate, tier_bandwidth, tier_latency_s, times)
+    _close_wave(op, wave_bits, vector_ops / vector_rate, tier_bandwidth, tier_latency_s, times,
+                0.0)
     _record_tiles(op, hits, misses, hit_bits, miss_bits, read_bits, written_bits, results)
 
 

@@ -22,7 +22,7 @@ from memsim.datafile import (catalog_names, check_keys, read_catalog_entry, read
 from memsim.errors import ConfigError
 from memsim.runtime import runtime
 from memsim.formats import COMPUTE_CLASSES
-from memsim.instructions import Pipe, default_pipes, parse_pipes
+from memsim.instructions import Occupancy, Pipe, default_pipes, parse_occupancy, parse_pipes
 from memsim.limits import check_figure
 from memsim.units import parse_quantity
 
@@ -147,6 +147,7 @@ class Device:
     runtime_overrides: tuple[tuple[str, Any], ...] = ()  # what-ifs of the stack ("launch", "6 us")
     issue: tuple[Pipe, ...] = ()   # per-core instruction pipes ([issue]; () gives default_pipes)
     tile_per_core: str = "fixed"    # "resident": the tile is one core's share of the weights
+    occupancy: Occupancy | None = None   # resident threads and blocks per core ([occupancy])
 
     @property
     def pipes(self) -> tuple[Pipe, ...]:
@@ -590,7 +591,7 @@ _TOP_REQUIRED = ("schema_version", "name", "display_name", "vendor", "clock", "c
                  "core_memory", "compute", "matrix_unit", "tile", "tiers", "layout", "overheads",
                  "host_link", "energy")
 _TOP_OPTIONAL = ("tdp", "idle_power", "runtime", "link", "scale_out", "cost", "sustained_compute",
-                 "issue", "sources")
+                 "issue", "occupancy", "sources")
 
 
 def _parse_compute(data: Mapping[str, Any], *, file: str) -> tuple[tuple[tuple[str, float], ...],
@@ -763,6 +764,8 @@ def parse_device(data: Mapping[str, Any], *, file: str) -> Device:
         file=file,
         data=copy.deepcopy(dict(data)),
         issue=parse_pipes(data["issue"], file=file) if "issue" in data else (),
+        occupancy=(parse_occupancy(data["occupancy"], file=file) if "occupancy" in data
+                   else None),
     )
 
 

@@ -25,6 +25,13 @@ mma        tensor-core multiply-adds (a warp's m16n8k16 MMA is 2,048); not issue
 
 The issue limit (``[issue] per_clock``) bounds every class but ``mma``.
 
+Memory-level parallelism: a ``[gemv.FORMAT]`` table may also say how the kernel keeps weight
+bytes in flight (``in_flight``: threads per block, output rows per block, the weight bytes one
+thread has requested and not yet used, the most activation rows it runs at). With a device's
+``[occupancy]`` limits (resident threads and blocks per core, from the CUDA guide) this bounds
+the kernel's bandwidth by Little's law: bytes in flight over the tier's latency
+(:func:`mlp_columns`; kernels/step.py applies it per wave).
+
 A device with no ``[issue]`` table gets :func:`default_pipes`: every instruction at the rate of
 its vector unit's FMAs (``compute.vector`` / 2 FLOP per FMA), the only figure every file has.
 """
@@ -58,6 +65,24 @@ class Pipe:
 
 
 @dataclass(frozen=True)
+class InFlight:
+    """Weight bytes a GEMV kernel keeps requested per thread, and the block shape it runs."""
+
+    threads_per_block: int
+    rows_per_block: int
+    bytes_per_thread: float
+    max_rows: int
+
+
+@dataclass(frozen=True)
+class Occupancy:
+    """Resident threads and blocks one core holds at most (CUDA guide, per compute capability)."""
+
+    threads_per_core: int
+    blocks_per_core: int
+
+
+@dataclass(frozen=True)
 class InstructionMix:
     """Instructions per stored weight, by class (in :data:`CLASSES` order).
 
@@ -67,6 +92,7 @@ class InstructionMix:
 
     per_weight: tuple[float, ...]
     per_weight_row: tuple[float, ...]
+    in_flight: InFlight | None = None
 
     def total(self, rows: int) -> float:
         """Issued instructions per weight at ``rows`` activation rows (``mma`` excluded)."""
@@ -138,17 +164,71 @@ def parse_mixes(table: Any, *, file: str,
             raise ConfigError(f"unknown format {name!r}; expected a format name or 'int4'",
                               file=file, field=where)
         spec = require_table(spec, file=file, field=where)
-        check_keys(spec, required=("per_weight", "per_weight_row"), file=file,
-                   prefix=where + ".")
+        check_keys(spec, required=("per_weight", "per_weight_row"), optional=("in_flight",),
+                   file=file, prefix=where + ".")
+        in_flight = (_parse_in_flight(spec["in_flight"], file=file, field=f"{where}.in_flight")
+                     if "in_flight" in spec else None)
         mix = InstructionMix(_class_counts(spec["per_weight"], file=file,
                                            field=f"{where}.per_weight"),
                              _class_counts(spec["per_weight_row"], file=file,
-                                           field=f"{where}.per_weight_row"))
+                                           field=f"{where}.per_weight_row"), in_flight)
         if sum(mix.per_weight) + sum(mix.per_weight_row) == 0:
             raise ConfigError("a GEMV runs at least one instruction per weight", file=file,
                               field=where)
         out.append((str(name), mix))
     return tuple(out)
+
+
+def _count(value: Any, *, file: str, field: str, limit: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= limit:
+        raise ConfigError(f"expected a whole number from 1 to {limit}, got {value!r}",
+                          file=file, field=field)
+    return value
+
+
+def _parse_in_flight(table: Any, *, file: str, field: str) -> InFlight:
+    table = require_table(table, file=file, field=field)
+    keys = ("threads_per_block", "rows_per_block", "bytes_per_thread", "max_rows")
+    check_keys(table, required=keys, file=file, prefix=field + ".")
+    return InFlight(
+        _count(table["threads_per_block"], file=file, field=f"{field}.threads_per_block",
+               limit=1024),
+        _count(table["rows_per_block"], file=file, field=f"{field}.rows_per_block", limit=1024),
+        _positive(table["bytes_per_thread"], file=file, field=f"{field}.bytes_per_thread",
+                  allow_zero=False),
+        _count(table["max_rows"], file=file, field=f"{field}.max_rows", limit=1024))
+
+
+def parse_occupancy(table: Any, *, file: str, field: str = "occupancy") -> Occupancy:
+    """A device's ``[occupancy]`` table: ``threads_per_core`` and ``blocks_per_core``."""
+    table = require_table(table, file=file, field=field)
+    check_keys(table, required=("threads_per_core", "blocks_per_core"), file=file,
+               prefix=field + ".")
+    return Occupancy(
+        _count(table["threads_per_core"], file=file, field=f"{field}.threads_per_core",
+               limit=65536),
+        _count(table["blocks_per_core"], file=file, field=f"{field}.blocks_per_core",
+               limit=1024))
+
+
+#: Op-table columns of the in-flight bound (``kernels.step.N_MLP_COLS``): bytes in flight per
+#: block, resident blocks per core, output rows per block, most activation rows.
+MLP_COLUMNS = 4
+
+
+def mlp_columns(occupancy: Occupancy | None, mix: InstructionMix | None) -> tuple[float, ...]:
+    """The in-flight bound's op-table columns; zeros when the kernel or the device gives none.
+
+    Resident blocks per core are the fewer of the block limit and the thread limit over the
+    block's threads [V: CUDA guide]; registers and shared memory are not counted (the kernels
+    named here use no shared memory for weights, and their register counts are not published),
+    so the bound is the largest the block shape allows."""
+    if occupancy is None or mix is None or mix.in_flight is None:
+        return (0.0,) * MLP_COLUMNS
+    f = mix.in_flight
+    blocks = min(occupancy.blocks_per_core, occupancy.threads_per_core // f.threads_per_block)
+    return (f.threads_per_block * f.bytes_per_thread, float(blocks), float(f.rows_per_block),
+            float(f.max_rows))
 
 
 def mix_for(mixes: Mapping[str, InstructionMix], fmt_name: str) -> InstructionMix | None:

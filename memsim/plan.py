@@ -63,7 +63,7 @@ from memsim.wafer import with_resident_tile
 from memsim.workload import Decode
 
 #: The op table's GEMV columns of an op whose runtime counts no GEMV instructions.
-NO_GEMV = (0.0,) * (2 * k.N_GEMV_PIPES)
+NO_GEMV = (0.0,) * (k.N_FLOAT_COLS - k.F_GEMV)
 
 TOKEN_ID_BITS = 32      # a sampled token id sent back to the first pipeline stage
 

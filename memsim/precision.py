@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 from memsim.device import Device
 from memsim.formats import Format
-from memsim.instructions import MAX_PIPES, gemv_seconds, mix_for
+from memsim.instructions import MAX_PIPES, MLP_COLUMNS, gemv_seconds, mix_for, mlp_columns
 from memsim.runtime import Runtime
 
 FLOAT16_TYPES = ("bf16", "fp16")
@@ -51,7 +51,8 @@ class MatmulPath:
     cast_at_load : the weights' type converted once at load (e.g. ``"bf16->fp16"``), or ``""``.
     gemv_s_per_weight : seconds per weight on one core of the runtime's GEMV kernel, per pipe:
         ``MAX_PIPES`` fixed parts then ``MAX_PIPES`` per-activation-row parts
-        (:func:`memsim.instructions.gemv_seconds`); all zero when the runtime counts none.
+        (:func:`memsim.instructions.gemv_seconds`), then the kernel's in-flight columns
+        (:func:`memsim.instructions.mlp_columns`); all zero when the runtime counts none.
     """
 
     mma_type: str
@@ -59,7 +60,7 @@ class MatmulPath:
     dequant_ops_per_weight: float
     act_quant_ops_per_element: float
     cast_at_load: str = ""
-    gemv_s_per_weight: tuple[float, ...] = (0.0,) * (2 * MAX_PIPES)
+    gemv_s_per_weight: tuple[float, ...] = (0.0,) * (2 * MAX_PIPES + MLP_COLUMNS)
 
 
 def runtime_type(device: Device, compute: str) -> tuple[str, str]:
@@ -89,6 +90,7 @@ def matmul_path(device: Device, weights: Format, activations: Format,
     mix = mix_for(dict(stack.gemv), weights.name) if stack is not None else None
     gemv_s = ((0.0,) * (2 * MAX_PIPES) if mix is None
               else gemv_seconds(device.pipes, device.clock_hz, mix))
+    gemv_s += mlp_columns(device.occupancy, mix)
     return MatmulPath(mma_type=mma_type, ops_per_s=float(device.matmul_rate(mma_type)),
                       dequant_ops_per_weight=dequant,
                       act_quant_ops_per_element=ACTIVATION_QUANT_OPS if quantized_act else 0.0,

@@ -106,7 +106,8 @@ def run_step(plan: Plan, state: ReferenceState, step: int, routes=None) -> dict:
         peak, dequant, act_quant, link_s, link_latency_s = (
             float(x) for x in plan.op_float[op, :k.F_GEMV])
         gemv_fixed = [float(x) for x in plan.op_float[op, k.F_GEMV:k.F_GEMV + k.N_GEMV_PIPES]]
-        gemv_row = [float(x) for x in plan.op_float[op, k.F_GEMV + k.N_GEMV_PIPES:]]
+        gemv_row = [float(x) for x in plan.op_float[op, k.F_GEMV + k.N_GEMV_PIPES:k.F_MLP]]
+        mlp = [float(x) for x in plan.op_float[op, k.F_MLP:k.F_MLP + k.N_MLP_COLS]]
         kind, tensor, pinned = row[k.C_KIND], row[k.C_TENSOR], row[k.C_PINNED]
         act_bits = row[k.C_ACT_BITS]
         counters = out["ops"][op]
@@ -135,12 +136,14 @@ def run_step(plan: Plan, state: ReferenceState, step: int, routes=None) -> dict:
                 out["written"][op][0] += bits
                 wave[home] += bits
 
-        def close_wave(compute_s: float) -> None:
+        def close_wave(compute_s: float, in_flight: float = 0.0) -> None:
             best, col, farthest = compute_s, n_tiers + 1, 0
             for t in range(n_tiers):
                 if wave[t] > 0:
                     farthest = t
                     seconds = wave[t] / 8.0 / bw[t]
+                    if t > 0 and in_flight > 0.0:      # Little's law: bytes in flight / latency
+                        seconds = max(seconds, wave[t] / 8.0 * lat[t] / in_flight)
                     if seconds > best:
                         best, col = seconds, t
                 wave[t] = 0
@@ -175,6 +178,9 @@ def run_step(plan: Plan, state: ReferenceState, step: int, routes=None) -> dict:
             out_bits = k.PARTIAL_SUM_BITS if split > 1 else act_bits
             quant_ops = act_quant * m * kdim
             counters["vector_ops"] += int(quant_ops)
+            in_flight = 0.0       # the GEMV's resident blocks x bytes in flight per block
+            if row[k.C_GEMV] and mlp[0] > 0 and m <= mlp[3]:
+                in_flight = min(_ceil(n, int(mlp[2])), cores * mlp[1]) * mlp[0]
             for w in range(waves):
                 slowest = quant_ops / dev.vector_ops_per_s if w == 0 else 0.0
                 for u in range(w * cores, min(units, (w + 1) * cores)):
@@ -210,7 +216,7 @@ def run_step(plan: Plan, state: ReferenceState, step: int, routes=None) -> dict:
                     slowest = max(slowest, unit_s)
                 if w == waves - 1 and split > 1:
                     wave[0] += split_reduction(counters, m, n, n, split, act_bits)
-                close_wave(slowest)
+                close_wave(slowest, in_flight)
             counters["waves"] += waves
 
         elif kind == k.OP_ATTENTION:

@@ -39,7 +39,7 @@ def _pipes(table: dict) -> tuple:
 
 def test_kernel_has_a_column_pair_per_pipe():
     assert k.N_GEMV_PIPES == MAX_PIPES
-    assert k.N_FLOAT_COLS == k.F_GEMV + 2 * MAX_PIPES
+    assert k.F_MLP == k.F_GEMV + 2 * MAX_PIPES
 
 
 def test_a_pipe_takes_its_classes_over_rate_times_clock():
@@ -132,7 +132,7 @@ def test_issue_bound_step_time_is_weights_times_instructions_over_the_chip():
     cores = 8
     fast = {"cores": cores, "compute.bf16": "1 TFLOPS", "compute.fp16": "1 TFLOPS",
             "sustained_compute.bf16": "1 TFLOPS", "sustained_compute.fp16": "1 TFLOPS",
-            "compute.int8": "1 TFLOPS", "compute.int4": "1 TFLOPS"}
+            "compute.int8": "1 TFLOPS"}
     for tier in base.tiers:
         fast[f"tiers.{tier.name}.bandwidth"] = "1e6 TB/s"
     fast["tiers.hbm.sustained_bandwidth"] = "1e6 TB/s"

@@ -81,6 +81,7 @@ SIMPLE2, SIMPLE8, SIMPLE16 = (wl(tp=2, runtime="vendor"), wl(tp=8, runtime="vend
                               wl(tp=16, runtime="vendor"))
 EAGER = wl(runtime="hf-eager")
 LLAMA_CPP_Q4 = wl(weights="q4_0", runtime="llama.cpp-cuda")
+LLAMA_CPP_F16 = wl(weights="fp16", runtime="llama.cpp-cuda")
 LLAMA_CPP_PP2 = wl(weights="q4_0", runtime="llama.cpp-cuda", pp=2)
 MOE_WL = wl(batch=4, weights="int4-g128")
 CXL = ("cxl-gen5-x16",)
@@ -110,6 +111,8 @@ DEVICE_EFFECTS: dict[str, Moves | Refused | Label] = {
     "tile.activation_width": Moves(128, ENERGY, workload=wl(batch=64)),
     "tile.per_core": Moves("fixed", ("hits",) + TIME, device="wse-3"),
     "issue.per_clock": Moves(1, TIME, keeps=COUNTS, workload=LLAMA_CPP_Q4),
+    "occupancy.threads_per_core": Moves(256, TIME, keeps=COUNTS, workload=LLAMA_CPP_F16),
+    "occupancy.blocks_per_core": Moves(2, TIME, keeps=COUNTS, workload=LLAMA_CPP_F16),
     "issue.pipes": Moves({"lsu": {"per_clock": 1, "classes": ["load"]}}, TIME, keeps=COUNTS,
                          workload=LLAMA_CPP_Q4),
     "tiers.sram.name": Refused("smem", "layout"),
@@ -258,12 +261,13 @@ def device_paths() -> set[str]:
     """Every field of the device format, as a what-if path."""
     tables = {"compute", "sustained_compute", "matrix_unit", "tile", "tiers", "layout",
               "overheads", "host_link", "energy", "link", "scale_out", "cost", "sources",
-              "issue"}
+              "issue", "occupancy"}
     paths = {k for k in DEVICE._TOP_REQUIRED + DEVICE._TOP_OPTIONAL if k not in tables}
     paths |= {f"compute.{c}" for c in COMPUTE_CLASSES + ("vector",)}
     paths |= {f"sustained_compute.{c}" for c in COMPUTE_CLASSES}
     paths |= {"matrix_unit.m", "matrix_unit.n", "matrix_unit.k", "tile.k", "tile.n",
-              "tile.activation_width", "tile.per_core", "issue.per_clock", "issue.pipes", "layout.policy", "layout.weights", "layout.kv",
+              "tile.activation_width", "tile.per_core", "issue.per_clock", "issue.pipes",
+              "occupancy.threads_per_core", "occupancy.blocks_per_core", "layout.policy", "layout.weights", "layout.kv",
               "layout.activations", "layout.spill", "overheads.op_launch", "energy.per_flop",
               "cost.usd_per_chip_hour", "sources.clock"}
     paths |= {f"tiers.{tier}.{key}" for tier in ("sram", "hbm")
