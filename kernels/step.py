@@ -795,20 +795,21 @@ def _unit_seconds(rows, unit_elements, m_grain, core_peak, core_vector, dequant_
     """One matmul unit's compute time (matrix units, or a GEMV on the vector units).
 
     ``gemv_s`` holds the GEMV kernel's seconds per weight on one core, per pipe (fixed parts,
-    then per-row parts): the GEMV takes its slowest pipe, ``weights * max(fixed + rows * row)``.
-    All zero: the runtime counts no instructions, and the GEMV costs ``2 * rows`` FMA operations
-    plus the format's dequantization operations per weight at the vector rate."""
+    then per-row parts): a runtime that counts its GEMV kernel runs that kernel, which takes its
+    slowest pipe, ``weights * max(fixed + rows * row)``. All zero: the runtime counts no
+    instructions and runs the faster of the matrix units and a GEMV costing ``2 * rows`` FMA
+    operations plus the format's dequantization operations per weight at the vector rate."""
     vector_ops = dequant_ops * unit_elements
-    unit_s = max(2.0 * _padded_rows(rows, m_grain) * unit_elements / core_peak,
-                 vector_ops / core_vector)
     if gemv:
         per_weight = 0.0
         for p in range(N_GEMV_PIPES):
             per_weight = max(per_weight, gemv_s[p] + rows * gemv_s[N_GEMV_PIPES + p])
         if per_weight > 0.0:
-            unit_s = min(unit_s, per_weight * unit_elements)
-        else:
-            unit_s = min(unit_s, (2.0 * rows * unit_elements + vector_ops) / core_vector)
+            return per_weight * unit_elements
+    unit_s = max(2.0 * _padded_rows(rows, m_grain) * unit_elements / core_peak,
+                 vector_ops / core_vector)
+    if gemv:
+        unit_s = min(unit_s, (2.0 * rows * unit_elements + vector_ops) / core_vector)
     return unit_s
 
 

@@ -209,10 +209,11 @@ def run_step(plan: Plan, state: ReferenceState, step: int, routes=None) -> dict:
                     core_vector = dev.vector_ops_per_s / cores
                     unit_s = max(2.0 * padded_rows(rows) * elements / (peak / cores),
                                  vector_ops / core_vector)
-                    if row[k.C_GEMV]:
+                    if row[k.C_GEMV]:       # a counted GEMV is the kernel the runtime runs
                         per_weight = max(f + rows * r for f, r in zip(gemv_fixed, gemv_row))
-                        unit_s = min(unit_s, per_weight * elements if per_weight > 0 else
-                                     (2.0 * rows * elements + vector_ops) / core_vector)
+                        unit_s = (per_weight * elements if per_weight > 0 else
+                                  min(unit_s, (2.0 * rows * elements + vector_ops)
+                                      / core_vector))
                     slowest = max(slowest, unit_s)
                 if w == waves - 1 and split > 1:
                     wave[0] += split_reduction(counters, m, n, n, split, act_bits)
