@@ -22,7 +22,7 @@ from memsim.kernels import step as k
 from memsim.plan import make_plan
 from memsim.precision import matmul_path
 from memsim.runtime import parse_runtime, runtime
-from tests import reference
+from tests.test_walk_fast import check_against_twin
 
 CLOCK_HZ = 2.0e9
 
@@ -169,10 +169,7 @@ def test_kernel_equals_twin_with_a_counted_gemv():
                                  tile_k=32, tile_n=16, steps=2)
         plan = make_plan(device, model, workload)
         assert plan.op_float[:, k.F_GEMV:].any()
-        residency, twin = Residency(plan), reference.new_state(plan)
-        for step in range(2):
-            reference.assert_counts_equal(run_step(plan, residency, step, NO_ROUTES),
-                                          reference.run_step(plan, twin, step))
+        check_against_twin(plan, steps=2)
 
 
 def _runtime_with(gemv: dict) -> dict:

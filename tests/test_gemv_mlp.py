@@ -24,7 +24,7 @@ from memsim.kernels import step as k
 from memsim.plan import make_plan
 from memsim.precision import matmul_path
 from memsim.runtime import parse_runtime, runtime
-from tests import reference
+from tests.test_walk_fast import check_against_twin
 
 A100 = "validation/devices/a100-sxm4-80gb.toml"
 
@@ -97,16 +97,21 @@ def _latency_bound(cores: int):
     return base.with_overrides(fast)
 
 
+def _one_layer_step(device, batch: int):
+    """The plan and first step's counts of a one-layer F16 model under llama.cpp's kernels."""
+    model = memsim.Model(name="tiny", display_name="tiny", layers=1, hidden=256, heads=4,
+                         kv_heads=4, head_dim=64, ffn=512, vocab=256, tied_embeddings=False)
+    workload = memsim.Decode(batch=batch, context=8, weights="fp16", kv="fp16",
+                             runtime="llama.cpp-cuda", tile_k=256, tile_n=32)
+    plan = make_plan(device, model, workload)
+    return plan, run_step(plan, Residency(plan), 0, NO_ROUTES)
+
+
 def test_latency_bound_gemv_time_is_bytes_times_latency_over_the_chips_bytes_in_flight():
     cores = 4
     device = _latency_bound(cores)
     latency_s = device.tier("hbm").latency_s
-    model = memsim.Model(name="tiny", display_name="tiny", layers=1, hidden=256, heads=4,
-                         kv_heads=4, head_dim=64, ffn=512, vocab=256, tied_embeddings=False)
-    workload = memsim.Decode(batch=1, context=8, weights="fp16", kv="fp16",
-                             runtime="llama.cpp-cuda", tile_k=256, tile_n=32)
-    plan = make_plan(device, model, workload)
-    counts = run_step(plan, Residency(plan), 0, NO_ROUTES)
+    plan, counts = _one_layer_step(device, batch=1)
     hbm = plan.tier_names.index("hbm")
     matmuls = np.flatnonzero(plan.op_int[:, k.C_KIND] == k.OP_MATMUL)
     assert len(matmuls)
@@ -120,12 +125,7 @@ def test_latency_bound_gemv_time_is_bytes_times_latency_over_the_chips_bytes_in_
 
 def test_batched_rows_are_not_bound():
     device = _latency_bound(4)
-    model = memsim.Model(name="tiny", display_name="tiny", layers=1, hidden=256, heads=4,
-                         kv_heads=4, head_dim=64, ffn=512, vocab=256, tied_embeddings=False)
-    workload = memsim.Decode(batch=2, context=8, weights="fp16", kv="fp16",
-                             runtime="llama.cpp-cuda", tile_k=256, tile_n=32)
-    plan = make_plan(device, model, workload)
-    counts = run_step(plan, Residency(plan), 0, NO_ROUTES)
+    plan, counts = _one_layer_step(device, batch=2)
     hbm = plan.tier_names.index("hbm")
     bandwidth = device.tier("hbm").sustained_bandwidth
     for op in np.flatnonzero(plan.op_int[:, k.C_KIND] == k.OP_MATMUL):    # bytes / bandwidth
@@ -142,10 +142,7 @@ def test_kernel_equals_twin_with_an_in_flight_bound():
                                  runtime="llama.cpp-cuda", tile_k=32, tile_n=16, steps=2)
         plan = make_plan(device, model, workload)
         assert plan.op_float[:, k.F_MLP:].any()
-        residency, twin = Residency(plan), reference.new_state(plan)
-        for step in range(2):
-            reference.assert_counts_equal(run_step(plan, residency, step, NO_ROUTES),
-                                          reference.run_step(plan, twin, step))
+        check_against_twin(plan, steps=2)
 
 
 @pytest.mark.parametrize("in_flight, field", [
