@@ -8,7 +8,11 @@ and CSV of the report and the warm step's per-op rows.
 
 from __future__ import annotations
 
+import numpy as np
+import pytest
+
 import memsim
+from memsim.kernels import step as k
 
 CXL = ("h100-sxm", "cxl-gen5-x16")
 
@@ -42,6 +46,23 @@ POINTS = (
     ("b200", "llama-3-70b", dict(weights="int4-g128", batch=1, context=32768)),
     ("tpu-v5e", "llama-3-8b", dict(tp=4, batch=8, context=4096)),
     ("mi300x", "llama-3-8b", dict(batch=64, context=128)),
+    # the same devices, models and shapes at other batch x context (a hit on the rows above)
+    ("h100-sxm", "llama-3-70b", dict(weights="int8", batch=3, context=777)),
+    ("h100-sxm", "llama-3-70b", dict(tp=8, batch=5, context=100)),
+    ("h100-sxm", "llama-3-70b", dict(tp=4, pp=2, microbatches=2, batch=4, context=300)),
+    ("h100-sxm", "mixtral-8x7b", dict(ep=2, batch=4, context=4000, weights="int8")),
+    ("h100-sxm", "deepseek-v3-style", dict(tp=8, weights="int4-g128", batch=1, context=1000)),
+    ("h100-sxm", "llama-3-8b", dict(prefill_chunk=256, prefill_context=512, batch=4,
+                                    context=3000)),
+    ("h100-sxm", "llama-3-8b", dict(draft_heads=2, batch=4, context=100)),
+    ("h100-sxm", "llama-3-8b", dict(new_tokens=4, batch=1, context=5000)),
+    (CXL, "llama-3-8b", dict(placement={"kv": "cxl:0.5"}, batch=2, context=512)),
+    (CXL, "llama-3-70b", dict(policy="tiered", weights="int8", batch=16, context=8192)),
+    ("mtia-v2", "llama-3.2-1b", dict(weights="int8", policy="hybrid", batch=1, context=64)),
+    ("groq-lpu", "llama-3-70b", dict(pp=576, weights="int8", kv="fp16", context=1024)),
+    ("groq-lpu", "llama-3.2-1b", dict(tp=4, pp=4, batch=4, context=100)),
+    ("inferentia2", "llama-3-8b", dict(tp=12, batch=1, context=4000)),
+    ("wse-3", "llama-3-8b", dict(batch=1, context=1024)),
 )
 
 
@@ -70,3 +91,47 @@ def test_a_repeated_point_gives_the_same_figures():
     first = figures(POINTS[0])
     figures(POINTS[1])
     assert figures(POINTS[0]) == first
+
+
+def test_cached_rows_are_read_only_and_a_plan_owns_its_tables():
+    from memsim.plan import _stage_rows, plan_system
+
+    dev, mod = memsim.device("h100-sxm"), memsim.model("llama-3.2-1b")
+    first = plan_system(dev, mod, memsim.Decode(batch=2, context=256)).stages[0]
+    expected = first.op_int.copy(), first.op_float.copy()
+    first.op_int[:] = -7                    # a caller scribbling over its plan's tables
+    first.op_float[:] = -7.0
+    again = plan_system(dev, mod, memsim.Decode(batch=2, context=256)).stages[0]
+    assert (again.op_int == expected[0]).all() and (again.op_float == expected[1]).all()
+    assert _stage_rows.cache_info().currsize <= _stage_rows.cache_info().maxsize
+
+
+def test_the_cached_rows_cannot_be_written():
+    from memsim.plan import _Keyed, _StageRows, _stage_rows
+
+    hits = _stage_rows.cache_info().hits
+    memsim.emulate("h100-sxm", "llama-3.2-1b", batch=3, context=128)
+    memsim.emulate("h100-sxm", "llama-3.2-1b", batch=5, context=640)
+    assert _stage_rows.cache_info().hits > hits       # the second point reused the rows
+    rows = _StageRows.of(np.zeros((1, k.N_INT_COLS), dtype=np.int64),
+                         np.zeros((1, k.N_FLOAT_COLS)), ("embed",), ("bf16",),
+                         np.zeros(1, dtype=np.int64), np.zeros(1, dtype=np.int64), ())
+    for array in (rows.op_int, rows.op_float, rows.op_micro, rows.m_role):
+        with pytest.raises(ValueError):
+            array[0] = 1
+    assert _Keyed((1,)) == _Keyed((1,)) and _Keyed((1,)) != _Keyed((2,))
+
+
+def test_a_batch_and_context_set_on_cached_rows_match_the_closed_form():
+    from memsim.plan import plan_system
+
+    dev, mod = memsim.device("h100-sxm"), memsim.model("llama-3.2-1b")
+    plan_system(dev, mod, memsim.Decode(batch=1, context=4096))        # the rows, cached
+    plan = plan_system(dev, mod, memsim.Decode(batch=6, context=1000, steps=2)).stages[0]
+    kind = plan.op_int[:, k.C_KIND]
+    assert (plan.op_int[:, k.C_BATCH] == 6).all()
+    assert (plan.op_int[:, k.C_CONTEXT] == 1000).all()
+    assert (plan.op_int[:, k.C_KV_MAX_BLOCKS] == -(-(1000 + 2) // 16)).all()
+    assert (plan.op_int[:, k.C_STEP_TOKENS] == 6).all()
+    no_m = (kind == k.OP_KV_APPEND) | (kind == k.OP_ATTENTION)
+    assert (plan.op_int[no_m, k.C_M] == 0).all() and (plan.op_int[~no_m, k.C_M] == 6).all()
