@@ -501,17 +501,7 @@ class TensorTable:
     def next_layer(self) -> np.ndarray:
         """[tensor] the id of the same spec's tensor (the same microbatch's, for a cache) in the
         next layer, -1 when there is none; a tensor outside the layers is its own."""
-        n = len(self.spec)
-        row = np.searchsorted(self.block_start[:, 0], np.arange(n), side="right")
-        order = np.lexsort((self.layer, row, self.spec))
-        nxt = np.full(n, -1, dtype=np.int64)
-        a, b = order[:-1], order[1:]
-        follows = ((self.spec[a] == self.spec[b]) & (row[a] == row[b])
-                   & (self.layer[b] == self.layer[a] + 1))
-        nxt[a[follows]] = b[follows]
-        outside = self.layer < 0
-        nxt[outside] = np.flatnonzero(outside)
-        return nxt
+        return _next_layer(self.spec, self.layer, self.block_start)
 
     def name(self, i: int) -> str:
         """Tensor ``i``'s name."""
@@ -577,6 +567,26 @@ class TensorTable:
                                   dtype=bool if name in ("pinned", "aliased") else np.int64)
                    for name in ("home", "home_hi", "split", "pinned", "aliased")}
         return dataclasses.replace(self, tier_bytes=tier_bytes, **columns)
+
+
+def _next_layer(spec: np.ndarray, layer: np.ndarray, block_start: np.ndarray) -> np.ndarray:
+    """:attr:`TensorTable.next_layer` of a table's rows (their specs, layers and blocks)."""
+    n = len(spec)
+    row = np.searchsorted(block_start[:, 0], np.arange(n), side="right")
+    order = np.lexsort((layer, row, spec))
+    nxt = np.full(n, -1, dtype=np.int64)
+    a, b = order[:-1], order[1:]
+    follows = (spec[a] == spec[b]) & (row[a] == row[b]) & (layer[b] == layer[a] + 1)
+    nxt[a[follows]] = b[follows]
+    outside = layer < 0
+    nxt[outside] = np.flatnonzero(outside)
+    return nxt
+
+
+def _share_next_layer(table: TensorTable, next_layer: np.ndarray) -> None:
+    """Give ``table`` a table's :attr:`TensorTable.next_layer` computed for the same rows
+    (rows of one frame; a replace() of placement columns keeps them)."""
+    table.__dict__["next_layer"] = next_layer
 
 
 def place_items(placer: _Placer, items: Sequence[_Item], kv_heads: int,
@@ -666,9 +676,16 @@ class _TableFrame:
         home, home_hi, split, tier_bytes = placer.place_placed(specs, per_spec, self.spec,
                                                                self.layer)
         n = len(self.spec)
-        return TensorTable(tuple(specs), self.spec, self.layer, self.item, home, home_hi, split,
-                           np.zeros(n, dtype=bool), np.zeros(n, dtype=bool), tier_bytes,
-                           self.block_start)
+        table = TensorTable(tuple(specs), self.spec, self.layer, self.item, home, home_hi,
+                            split, np.zeros(n, dtype=bool), np.zeros(n, dtype=bool), tier_bytes,
+                            self.block_start)
+        _share_next_layer(table, self.next_layer)
+        return table
+
+    @functools.cached_property
+    def next_layer(self) -> np.ndarray:
+        """:attr:`TensorTable.next_layer` of every table of this frame (read-only)."""
+        return _read_only(_next_layer(self.spec, self.layer, self.block_start))
 
 
 @functools.lru_cache(maxsize=128)
@@ -1174,7 +1191,8 @@ def _plan_stage(device: Device, model: Model, workload: Decode, policy: str, sh:
     # The stage's tensors: its weights once, each microbatch's KV cache of its layers.
     shape_key = (device, model, _shape_fields(workload), policy, sh, first_item, len(items),
                  stage, stages, expert_chip, replicate)
-    table = place_items(placer, items, sh.kv_heads, mb, workload.microbatches, shape_key)
+    table = placed = place_items(placer, items, sh.kv_heads, mb, workload.microbatches,
+                                 shape_key)
     if model.tied_embeddings:
         table = _alias_head(table, tile_n)
     spilled: tuple[str, ...] = ()
@@ -1199,6 +1217,10 @@ def _plan_stage(device: Device, model: Model, workload: Decode, policy: str, sh:
     if residency == "auto":
         residency = "pinned" if policy == "hybrid" else "lru"
     table, pinned_bits = _pin(table, residency, tiers[0].capacity)
+    if "next_layer" in placed.__dict__ and all(
+            getattr(table, name) is getattr(placed, name) for name in ("spec", "layer",
+                                                                       "block_start")):
+        _share_next_layer(table, placed.next_layer)
     _set_tensor_columns(op_int, table.placed())
     on_chip_resident = need.get(0, 0)
     lru_capacity_bits = max(0, 8 * (tiers[0].capacity - on_chip_resident) - pinned_bits)

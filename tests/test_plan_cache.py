@@ -135,3 +135,17 @@ def test_a_batch_and_context_set_on_cached_rows_match_the_closed_form():
     assert (plan.op_int[:, k.C_STEP_TOKENS] == 6).all()
     no_m = (kind == k.OP_KV_APPEND) | (kind == k.OP_ATTENTION)
     assert (plan.op_int[no_m, k.C_M] == 0).all() and (plan.op_int[~no_m, k.C_M] == 6).all()
+
+
+def test_a_shared_next_layer_is_the_tables_own_and_read_only():
+    from memsim.plan import _next_layer, plan_system
+
+    dev = memsim.device("h100-sxm")
+    for name in ("llama-3.2-1b", "llama-3-8b"):        # a tied head and an untied one
+        for batch, context in ((1, 4096), (3, 100)):
+            table = plan_system(dev, memsim.model(name),
+                                memsim.Decode(batch=batch, context=context)).stages[0].tensor_table
+            own = _next_layer(table.spec, table.layer, table.block_start)
+            assert (table.next_layer == own).all()
+            with pytest.raises(ValueError):
+                table.next_layer[0] = 5
