@@ -31,6 +31,13 @@ with the REPLICATED_COLUMNS changed. The tensors are placed as a :class:`TensorT
 tensor, placed once per spec unless a rule depends on the layer); the placement columns
 (TENSOR_COLUMNS) of every op row are read off it as one array, and :attr:`Plan.tensors` builds
 the :class:`Tensor` objects only when asked.
+
+A process keeps, per stage, what does not depend on the batch and context (keyed by the device,
+the model, every other workload field, the policy, the shard and the stage; bounded LRU caches of
+read-only values): the op rows (:class:`_StageRows`) and the tensor table's frame with its
+weights' placement (:class:`_TableFrame`). A point places its KV caches, checks capacity and sets
+the columns and link times that follow from its batch and context on a copy; tests/
+test_plan_cache.py holds the figures of varied points equal whatever was planned before.
 """
 
 from __future__ import annotations
@@ -591,19 +598,21 @@ def _share_next_layer(table: TensorTable, next_layer: np.ndarray) -> None:
 
 def place_items(placer: _Placer, items: Sequence[_Item], kv_heads: int,
                 microbatch: int | None = None, microbatches: int = 1,
-                shape_key: tuple | None = None) -> TensorTable:
+                shape_key: tuple | None = None, shape_hash: int | None = None) -> TensorTable:
     """Place the tensors of ``items``: every weight once, in item order, then each microbatch's
     KV caches (``microbatch`` sequences each, a prompt chunk's one; as the specs say when None).
 
     A tensor's placement is computed once per spec unless a placement rule names a layer range
     or experts, which place each layer's tensor on its own. ``shape_key`` names everything the
-    items and the placer depend on besides the batch and the context: with it and no placement
+    items and the placer depend on besides the batch and the context (``shape_hash``: its hash,
+    when the caller has it): with it and no placement
     rule, the table's frame and its weights' placement are kept per process
     (:class:`_TableFrame`) and only the KV caches are placed here."""
     if shape_key is None or placer.rules:
         return _TableFrame.of(placer, items, kv_heads, microbatch, microbatches).table(
             placer, items, kv_heads, microbatch)
-    key = _Keyed((shape_key, kv_heads, microbatches, microbatch is None))
+    key = _Keyed(shape_key, kv_heads, microbatches, microbatch is None,
+                 shape_hash=shape_hash)
     key.build = lambda: _TableFrame.of(placer, items, kv_heads, microbatch, microbatches)
     return _table_frame(key).table(placer, items, kv_heads, microbatch)
 
@@ -1191,8 +1200,9 @@ def _plan_stage(device: Device, model: Model, workload: Decode, policy: str, sh:
     # The stage's tensors: its weights once, each microbatch's KV cache of its layers.
     shape_key = (device, model, _shape_fields(workload), policy, sh, first_item, len(items),
                  stage, stages, expert_chip, replicate)
+    shape_hash = hash(shape_key)
     table = placed = place_items(placer, items, sh.kv_heads, mb, workload.microbatches,
-                                 shape_key)
+                                 shape_key, shape_hash)
     if model.tied_embeddings:
         table = _alias_head(table, tile_n)
     spilled: tuple[str, ...] = ()
@@ -1203,7 +1213,7 @@ def _plan_stage(device: Device, model: Model, workload: Decode, policy: str, sh:
     _check_capacity(device, model, workload, table, need, stage, stages)
     head_rows = (mb if workload.prefill
                  else mb * workload.new_tokens + 1 if workload.prefill_chunk else 0)
-    key = _Keyed(shape_key + (len(table),))
+    key = _Keyed(shape_key, len(table), shape_hash=shape_hash)
     key.build = lambda: _lower_stage(device, model, workload, sh, items, first_item, stage,
                                      stages, table, expert_chip, token_base, step_tokens,
                                      replicate)
@@ -1717,9 +1727,9 @@ class _Keyed:
 
     __slots__ = ("key", "hash", "build")
 
-    def __init__(self, key: tuple) -> None:
-        self.key = key
-        self.hash = hash(key)
+    def __init__(self, shape_key: tuple, *extra: object, shape_hash: int | None = None) -> None:
+        self.key = (shape_key, extra)
+        self.hash = hash((hash(shape_key) if shape_hash is None else shape_hash, extra))
         self.build = None
 
     def __hash__(self) -> int:

@@ -119,7 +119,7 @@ def test_the_cached_rows_cannot_be_written():
     for array in (rows.op_int, rows.op_float, rows.op_micro, rows.m_role):
         with pytest.raises(ValueError):
             array[0] = 1
-    assert _Keyed((1,)) == _Keyed((1,)) and _Keyed((1,)) != _Keyed((2,))
+    assert _Keyed((1,), 2) == _Keyed((1,), 2, shape_hash=hash((1,))) != _Keyed((1,), 3)
 
 
 def test_a_batch_and_context_set_on_cached_rows_match_the_closed_form():
