@@ -688,7 +688,7 @@ class _TableFrame:
         table = TensorTable(tuple(specs), self.spec, self.layer, self.item, home, home_hi,
                             split, np.zeros(n, dtype=bool), np.zeros(n, dtype=bool), tier_bytes,
                             self.block_start)
-        _share_next_layer(table, self.next_layer)
+        _share_next_layer(table, self.next_layer.copy())   # the kernels take writable arrays
         return table
 
     @functools.cached_property
