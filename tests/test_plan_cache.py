@@ -149,3 +149,17 @@ def test_a_tables_next_layer_is_its_own_and_writable():
             assert (table.next_layer == own).all()
             assert table.next_layer.flags.writeable     # a kernel argument: one Numba type
             table.next_layer[0] = 5                     # the next plan's is its own
+
+
+def test_runs_of_one_shape_share_an_op_frame_and_its_tables_stay_put():
+    from memsim.emulate import SystemRun
+    from memsim.plan import plan_system
+
+    dev, mod = memsim.device("h100-sxm"), memsim.model("llama-3.2-1b")
+    one = SystemRun(plan_system(dev, mod, memsim.Decode(batch=2, context=300)))
+    two = SystemRun(plan_system(dev, mod, memsim.Decode(batch=7, context=9000)))
+    assert one.ops is two.ops
+    with pytest.raises(ValueError):
+        one.ops.kind[0] = 0
+    other = SystemRun(plan_system(dev, mod, memsim.Decode(batch=2, context=300, tp=2)))
+    assert other.ops is not one.ops and other.ops.peer_ops.any() and not one.ops.peer_ops.any()
