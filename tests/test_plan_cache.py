@@ -163,3 +163,51 @@ def test_runs_of_one_shape_share_an_op_frame_and_its_tables_stay_put():
         one.ops.kind[0] = 0
     other = SystemRun(plan_system(dev, mod, memsim.Decode(batch=2, context=300, tp=2)))
     assert other.ops is not one.ops and other.ops.peer_ops.any() and not one.ops.peer_ops.any()
+
+
+#: Pairs of workloads that share their stages' cached rows (all but the batch and context).
+SHARED = (
+    ("h100-sxm", "llama-3-70b", dict(weights="int8"), dict(batch=3, context=777)),
+    ("h100-sxm", "llama-3-70b", dict(tp=4, pp=2, microbatches=2, batch=2),
+     dict(batch=8, context=300)),
+    ("h100-sxm", "mixtral-8x7b", dict(ep=2, weights="int8", batch=2),
+     dict(batch=6, context=4000)),
+    ("h100-sxm", "deepseek-v3-style", dict(tp=8, weights="int4-g128"),
+     dict(batch=2, context=1000)),
+    ("h100-sxm", "llama-3-8b", dict(prefill_chunk=256, prefill_context=512),
+     dict(batch=4, context=3000)),
+    ("h100-sxm", "llama-3-8b", dict(draft_heads=2, new_tokens=3), dict(batch=5, context=100)),
+    ("groq-lpu", "llama-3.2-1b", dict(tp=4, pp=4), dict(batch=4, context=100)),
+    ("mtia-v2", "llama-3.2-1b", dict(weights="int8", policy="hybrid"), dict(batch=2, context=64)),
+)
+
+
+def _tables(device: str, model: str, fields: dict) -> list:
+    from memsim.plan import plan_system
+
+    system = plan_system(memsim.device(device), memsim.model(model), memsim.Decode(**fields))
+    out = []
+    for plan in system.stages:
+        table = plan.tensor_table
+        out.append((plan.op_int.tolist(), plan.op_float.tolist(), plan.op_names,
+                    plan.op_formats, plan.op_microbatch.tolist(), plan.layers,
+                    plan.lru_capacity_bits, plan.max_lru_entries, plan.residency,
+                    [getattr(table, name).tolist() for name in (
+                        "spec", "layer", "item", "home", "home_hi", "split", "pinned",
+                        "aliased", "tier_bytes", "block_start", "next_layer")],
+                    [spec for spec in table.specs]))
+    return out
+
+
+def test_a_plan_set_on_cached_rows_is_the_plan_lowered_afresh():
+    """A point planned on rows cached for another batch and context has the tables a process
+    that never saw the other point lowers: a column that follows the batch or context and is
+    not set on the cached rows shows here."""
+    from memsim.plan import _stage_rows, _table_frame
+
+    for device, model, shape, point in SHARED:
+        _tables(device, model, shape)                       # the rows, cached for the default
+        patched = _tables(device, model, {**shape, **point})
+        _stage_rows.cache_clear()
+        _table_frame.cache_clear()
+        assert _tables(device, model, {**shape, **point}) == patched, (device, model, point)
