@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import functools
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from itertools import chain
 from typing import Any
 
@@ -241,9 +241,9 @@ def link_energy_per_op(system: SystemPlan) -> float | np.ndarray:
         energy = np.full(plan.n_ops, dev.link.energy_j_per_byte if dev.link else 0.0)
         if dev.link is not None and dev.scale_out is not None:
             kinds = plan.op_int[:, k.C_KIND]
-            for op in np.flatnonzero((kinds == k.OP_COLLECTIVE) | (kinds == k.OP_ALL_TO_ALL)):
-                if plan.op_int[op, k.C_CHIPS] > dev.link.max_chips:
-                    energy[op] = dev.scale_out.energy_j_per_byte
+            energy[((kinds == k.OP_COLLECTIVE) | (kinds == k.OP_ALL_TO_ALL))
+                   & (plan.op_int[:, k.C_CHIPS] > dev.link.max_chips)] = (
+                dev.scale_out.energy_j_per_byte)
             for op in np.flatnonzero(kinds == k.OP_SEND):
                 to_first = plan.op_names[op] == "send_tokens"
                 tp = system.shard.tp
@@ -253,6 +253,77 @@ def link_energy_per_op(system: SystemPlan) -> float | np.ndarray:
         out.append(energy)
     energies = np.concatenate(out)
     return float(energies[0]) if (energies == energies[0]).all() else energies
+
+
+@dataclass(frozen=True)
+class OpFrame:
+    """What a run needs of a system's ops that neither a step nor the batch and context change:
+    each op's stage, microbatch, kind and layer, which ops read weights or are looked up by the
+    peer chips, the summaries' :class:`OpGroups` and the report's per-op tuples. Shared by the
+    runs of a process: its arrays are read-only but for ``op_stage`` and ``weight_ops``, which
+    the summaries' Numba pass takes (a read-only array is another Numba type)."""
+
+    op_stage: np.ndarray
+    op_micro: np.ndarray
+    kind: np.ndarray
+    layer: np.ndarray
+    weight_ops: np.ndarray
+    peer_ops: np.ndarray
+    groups: OpGroups
+    op_names: tuple[str, ...]
+    op_layers: tuple[int, ...]
+    op_stages: tuple[int, ...]
+    op_microbatches: tuple[int, ...]
+
+    @classmethod
+    def of(cls, system: SystemPlan) -> OpFrame:
+        stages = system.stages
+        op_stage = np.concatenate([np.full(p.n_ops, p.stage, dtype=np.int64) for p in stages])
+        op_micro = np.concatenate([p.op_microbatch for p in stages])
+        op_int = np.concatenate([p.op_int for p in stages])
+        kind, layer = op_int[:, k.C_KIND].copy(), op_int[:, k.C_LAYER].copy()
+        weight_ops = (kind == k.OP_EMBED) | (kind == k.OP_NORM) | (kind == k.OP_MATMUL)
+        peer_ops = (kind == k.OP_EMBED) & (system.workload.tp > 1)
+        for array in (op_micro, kind, layer, peer_ops):
+            array.flags.writeable = False
+        return cls(op_stage, op_micro, kind, layer, weight_ops, peer_ops,
+                   OpGroups(len(stages[0].tier_names), op_stage, op_micro, weight_ops, kind),
+                   tuple(chain.from_iterable(p.op_names for p in stages)),
+                   tuple(layer.tolist()), tuple(op_stage.tolist()), tuple(op_micro.tolist()))
+
+
+def op_frame(system: SystemPlan) -> OpFrame:
+    """The system's :class:`OpFrame`, kept per process for the stages' op rows as the plan
+    caches them (the same ``op_names`` and ``op_microbatch`` objects: one frame for every batch
+    and context of a device, model and workload shape)."""
+    key = _SameObjects(tuple(obj for p in system.stages for obj in (p.op_names, p.op_microbatch)))
+    key.build = lambda: OpFrame.of(system)
+    return _op_frame(key, system.workload.tp > 1, len(system.stages[0].tier_names))
+
+
+class _SameObjects:
+    """A cache key equal to another only when it names the very same objects; the cache keeps
+    them alive, so no id is reused while an entry lasts. Carries the builder of a miss."""
+
+    __slots__ = ("objects", "hash", "build")
+
+    def __init__(self, objects: tuple) -> None:
+        self.objects = objects
+        self.hash = hash(tuple(map(id, objects)))
+        self.build = None
+
+    def __hash__(self) -> int:
+        return self.hash
+
+    def __eq__(self, other: object) -> bool:
+        return (isinstance(other, _SameObjects) and len(other.objects) == len(self.objects)
+                and all(a is b for a, b in zip(self.objects, other.objects)))
+
+
+@functools.lru_cache(maxsize=32)
+def _op_frame(key: _SameObjects, peers: bool, n_tiers: int) -> OpFrame:
+    build, key.build = key.build, None
+    return build()
 
 
 class SystemRun:
@@ -265,20 +336,12 @@ class SystemRun:
         self.system = system
         stages = system.stages
         self.residencies = residencies or [Residency(plan) for plan in stages]
-        self.op_stage = np.concatenate([np.full(p.n_ops, p.stage, dtype=np.int64)
-                                        for p in stages])
-        self.op_micro = np.concatenate([p.op_microbatch for p in stages])
-        self.op_int = np.concatenate([p.op_int for p in stages])
-        kind = self.op_int[:, k.C_KIND]
-        self.weight_ops = (kind == k.OP_EMBED) | (kind == k.OP_NORM) | (kind == k.OP_MATMUL)
-        self.peer_ops = (self.op_int[:, k.C_KIND] == k.OP_EMBED) & (system.workload.tp > 1)
+        self.ops = op_frame(system)
         self.energy = tuple(float(e) for e in stages[0].tier_energy_j_per_byte)
         self.link_energy = link_energy_per_op(system)
         self.host_s = host_time_per_step(stages[0].runtime,
                                          1 if system.parallel_stages else len(stages))
         self.static_power_w = (system.device.idle_power_w or 0.0) * system.chips
-        self.groups = OpGroups(len(stages[0].tier_names), self.op_stage, self.op_micro,
-                               self.weight_ops, kind)
         self.summaries: list[StepSummary] = []
         self.cold: StepCounts | None = None
         self.warm: StepCounts | None = None
@@ -296,16 +359,16 @@ class SystemRun:
                                for plan, res in zip(system.stages, self.residencies)])
         peers = (_concatenate([peer_embedding_counts(plan, step) for plan in system.stages])
                  if system.workload.tp > 1 else None)       # one chip per stage: no peers
+        ops = self.ops
         summary = summarize(counts, system.stages[0].tier_names, self.energy,
-                            dev.energy_j_per_flop, op_stage=self.op_stage,
-                            op_micro=self.op_micro, weight_ops=self.weight_ops,
+                            dev.energy_j_per_flop, op_stage=ops.op_stage,
+                            op_micro=ops.op_micro, weight_ops=ops.weight_ops,
                             tp=system.workload.tp,
                             link_energy_j_per_byte=self.link_energy,
-                            peers=peers, peer_ops=self.peer_ops,
-                            op_layer=self.op_int[:, k.C_LAYER] if system.parallel_stages
-                            else None, op_kind=self.op_int[:, k.C_KIND],
-                            host_s=self.host_s, static_power_w=self.static_power_w,
-                            groups=self.groups)
+                            peers=peers, peer_ops=ops.peer_ops,
+                            op_layer=ops.layer if system.parallel_stages else None,
+                            op_kind=ops.kind, host_s=self.host_s,
+                            static_power_w=self.static_power_w, groups=ops.groups)
         self.summaries.append(summary)
         self.cold = counts if self.cold is None else self.cold
         self.warm = counts
@@ -323,10 +386,8 @@ class SystemRun:
             tier_names=stages[0].tier_names, clock_hz=dev.clock_hz,
             tokens_per_step=workload.batch * workload.new_tokens,
             new_tokens=workload.new_tokens,
-            op_names=tuple(chain.from_iterable(p.op_names for p in stages)),
-            op_layers=tuple(self.op_int[:, k.C_LAYER].tolist()),
-            op_stages=tuple(self.op_stage.tolist()),
-            op_microbatches=tuple(self.op_micro.tolist()),
+            op_names=self.ops.op_names, op_layers=self.ops.op_layers,
+            op_stages=self.ops.op_stages, op_microbatches=self.ops.op_microbatches,
             energy_j_per_byte=self.energy, energy_j_per_flop=dev.energy_j_per_flop,
             steps=tuple(self.summaries), cold_counts=self.cold, warm_counts=self.warm,
             policy=system.policy, tp=workload.tp,

@@ -31,6 +31,13 @@ with the REPLICATED_COLUMNS changed. The tensors are placed as a :class:`TensorT
 tensor, placed once per spec unless a rule depends on the layer); the placement columns
 (TENSOR_COLUMNS) of every op row are read off it as one array, and :attr:`Plan.tensors` builds
 the :class:`Tensor` objects only when asked.
+
+A process keeps, per stage, what does not depend on the batch and context (keyed by the device,
+the model, every other workload field, the policy, the shard and the stage; bounded LRU caches of
+read-only values): the op rows (:class:`_StageRows`) and the tensor table's frame with its
+weights' placement (:class:`_TableFrame`). A point places its KV caches, checks capacity and sets
+the columns and link times that follow from its batch and context on a copy; tests/
+test_plan_cache.py holds the figures of varied points equal whatever was planned before.
 """
 
 from __future__ import annotations
@@ -402,13 +409,12 @@ class _Placer:
             self.granularity, self.workload.kv_block, self.tile_n, spec.kind,
             spec.role in _ROW_UNIT_ROLES, spec.fmt, spec.rows, spec.k, sequences, lo, hi, split)
 
-    def place_all(self, specs: list[_Spec], spec: np.ndarray,
-                  layer: np.ndarray) -> tuple[np.ndarray, ...]:
+    def place_placed(self, specs: list[_Spec], per_spec: np.ndarray, spec: np.ndarray,
+                     layer: np.ndarray) -> tuple[np.ndarray, ...]:
         """Home, home_hi, split and bytes per tier ([tensor, tier]) of tensors ``spec`` (indices
-        into ``specs``) of layers ``layer``: one :meth:`place` per spec, and one per tensor
-        for the specs a layer-dependent rule may match."""
-        width = 3 + len(self.granularity)
-        per_spec = np.array([self.place(s) for s in specs], dtype=np.int64).reshape(-1, width)
+        into ``specs``, placed as ``per_spec`` says: :meth:`place` of each) of layers
+        ``layer``, with one :meth:`place` per tensor for the specs a layer-dependent rule may
+        match."""
         out = per_spec[spec]
         if not self.rules:          # the policy's homes alone: every layer's tensor alike
             return out[:, 0], out[:, 1], out[:, 2], out[:, 3:]
@@ -509,17 +515,7 @@ class TensorTable:
     def next_layer(self) -> np.ndarray:
         """[tensor] the id of the same spec's tensor (the same microbatch's, for a cache) in the
         next layer, -1 when there is none; a tensor outside the layers is its own."""
-        n = len(self.spec)
-        row = np.searchsorted(self.block_start[:, 0], np.arange(n), side="right")
-        order = np.lexsort((self.layer, row, self.spec))
-        nxt = np.full(n, -1, dtype=np.int64)
-        a, b = order[:-1], order[1:]
-        follows = ((self.spec[a] == self.spec[b]) & (row[a] == row[b])
-                   & (self.layer[b] == self.layer[a] + 1))
-        nxt[a[follows]] = b[follows]
-        outside = self.layer < 0
-        nxt[outside] = np.flatnonzero(outside)
-        return nxt
+        return _next_layer(self.spec, self.layer, self.block_start)
 
     def name(self, i: int) -> str:
         """Tensor ``i``'s name."""
@@ -587,45 +583,130 @@ class TensorTable:
         return dataclasses.replace(self, tier_bytes=tier_bytes, **columns)
 
 
+def _next_layer(spec: np.ndarray, layer: np.ndarray, block_start: np.ndarray) -> np.ndarray:
+    """:attr:`TensorTable.next_layer` of a table's rows (their specs, layers and blocks)."""
+    n = len(spec)
+    row = np.searchsorted(block_start[:, 0], np.arange(n), side="right")
+    order = np.lexsort((layer, row, spec))
+    nxt = np.full(n, -1, dtype=np.int64)
+    a, b = order[:-1], order[1:]
+    follows = (spec[a] == spec[b]) & (row[a] == row[b]) & (layer[b] == layer[a] + 1)
+    nxt[a[follows]] = b[follows]
+    outside = layer < 0
+    nxt[outside] = np.flatnonzero(outside)
+    return nxt
+
+
+def _share_next_layer(table: TensorTable, next_layer: np.ndarray) -> None:
+    """Give ``table`` a table's :attr:`TensorTable.next_layer` computed for the same rows
+    (rows of one frame; a replace() of placement columns keeps them)."""
+    table.__dict__["next_layer"] = next_layer
+
+
 def place_items(placer: _Placer, items: Sequence[_Item], kv_heads: int,
-                microbatch: int | None = None, microbatches: int = 1) -> TensorTable:
+                microbatch: int | None = None, microbatches: int = 1,
+                shape_key: tuple | None = None, shape_hash: int | None = None) -> TensorTable:
     """Place the tensors of ``items``: every weight once, in item order, then each microbatch's
     KV caches (``microbatch`` sequences each, a prompt chunk's one; as the specs say when None).
 
     A tensor's placement is computed once per spec unless a placement rule names a layer range
-    or experts, which place each layer's tensor on its own."""
-    position: dict[int, int] = {}    # each shape's position among the distinct shapes
-    first: list[int] = []            # the first item of each distinct shape
-    for i, one in enumerate(items):
-        if one.shape not in position:
-            position[one.shape] = len(first)
-            first.append(i)
-    of_item = np.array([position[one.shape] for one in items], dtype=np.int64)
-    specs: list[_Spec] = []
-    # per block row (the weights, then each microbatch) and distinct shape: its first spec id
-    # and how many specs it has
-    first_id = np.zeros((microbatches + 1, len(first)), dtype=np.int64)
-    count = np.zeros_like(first_id)
-    for row, micro in enumerate(range(-1, microbatches)):       # -1: the weights
-        for j, f in enumerate(first):
-            chosen = [_kv_spec(s, micro, kv_heads, microbatch) for s in items[f].specs
-                      if (s.kind == "weight") == (micro < 0)]
-            first_id[row, j], count[row, j] = len(specs), len(chosen)
-            specs += chosen
-    sizes = count[:, of_item]                       # [block row, item]
-    flat = sizes.ravel()
-    ends = np.cumsum(flat)
-    starts = ends - flat
-    block_start = np.hstack([starts.reshape(sizes.shape), ends.reshape(sizes.shape)[:, -1:]])
-    spec = (np.arange(int(ends[-1]) if len(ends) else 0, dtype=np.int64)
-            + np.repeat(first_id[:, of_item].ravel() - starts, flat))
-    layer = np.repeat(np.array([item.layer for item in items] * (microbatches + 1),
-                               dtype=np.int64), flat)
-    item = np.repeat(np.arange((microbatches + 1) * len(items)) % max(len(items), 1), flat)
-    home, home_hi, split, tier_bytes = placer.place_all(specs, spec, layer)
-    n = len(spec)
-    return TensorTable(tuple(specs), spec, layer, item, home, home_hi, split,
-                       np.zeros(n, dtype=bool), np.zeros(n, dtype=bool), tier_bytes, block_start)
+    or experts, which place each layer's tensor on its own. ``shape_key`` names everything the
+    items and the placer depend on besides the batch and the context (``shape_hash``: its hash,
+    when the caller has it): with it and no placement
+    rule, the table's frame and its weights' placement are kept per process
+    (:class:`_TableFrame`) and only the KV caches are placed here."""
+    if shape_key is None or placer.rules:
+        return _TableFrame.of(placer, items, kv_heads, microbatch, microbatches).table(
+            placer, items, kv_heads, microbatch)
+    key = _Keyed(shape_key, kv_heads, microbatches, microbatch is None,
+                 shape_hash=shape_hash)
+    key.build = lambda: _TableFrame.of(placer, items, kv_heads, microbatch, microbatches)
+    return _table_frame(key).table(placer, items, kv_heads, microbatch)
+
+
+@dataclass(frozen=True)
+class _TableFrame:
+    """What a TensorTable's rows are, and the weights' placement: the same for every batch and
+    context of one stage (read-only arrays). A KV cache's spec and placement depend on them:
+    ``kv_source`` says where each KV spec comes from (item, spec in it, microbatch)."""
+
+    specs: tuple[_Spec, ...]
+    per_spec: np.ndarray        # [spec, 3 + tier] place() of each spec (a KV spec's as built)
+    kv_source: tuple[tuple[int, int, int, int], ...]   # (spec id, item, spec in item, micro)
+    spec: np.ndarray
+    layer: np.ndarray
+    item: np.ndarray
+    block_start: np.ndarray
+
+    @classmethod
+    def of(cls, placer: _Placer, items: Sequence[_Item], kv_heads: int,
+           microbatch: int | None, microbatches: int) -> "_TableFrame":
+        position: dict[int, int] = {}    # each shape's position among the distinct shapes
+        first: list[int] = []            # the first item of each distinct shape
+        for i, one in enumerate(items):
+            if one.shape not in position:
+                position[one.shape] = len(first)
+                first.append(i)
+        of_item = np.array([position[one.shape] for one in items], dtype=np.int64)
+        specs: list[_Spec] = []
+        kv_source: list[tuple[int, int, int, int]] = []
+        # per block row (the weights, then each microbatch) and distinct shape: its first spec
+        # id and how many specs it has
+        first_id = np.zeros((microbatches + 1, len(first)), dtype=np.int64)
+        count = np.zeros_like(first_id)
+        for row, micro in enumerate(range(-1, microbatches)):       # -1: the weights
+            for j, f in enumerate(first):
+                chosen = [(n, s) for n, s in enumerate(items[f].specs)
+                          if (s.kind == "weight") == (micro < 0)]
+                first_id[row, j], count[row, j] = len(specs), len(chosen)
+                for n, s in chosen:
+                    if s.kind == "kv":
+                        kv_source.append((len(specs), f, n, micro))
+                    specs.append(_kv_spec(s, micro, kv_heads, microbatch))
+        sizes = count[:, of_item]                       # [block row, item]
+        flat = sizes.ravel()
+        ends = np.cumsum(flat)
+        starts = ends - flat
+        block_start = np.hstack([starts.reshape(sizes.shape),
+                                 ends.reshape(sizes.shape)[:, -1:]])
+        spec = (np.arange(int(ends[-1]) if len(ends) else 0, dtype=np.int64)
+                + np.repeat(first_id[:, of_item].ravel() - starts, flat))
+        layer = np.repeat(np.array([item.layer for item in items] * (microbatches + 1),
+                                   dtype=np.int64), flat)
+        item = np.repeat(np.arange((microbatches + 1) * len(items)) % max(len(items), 1), flat)
+        width = 3 + len(placer.granularity)
+        per_spec = np.array([placer.place(s) if s.kind == "weight" else (0,) * width
+                             for s in specs], dtype=np.int64).reshape(-1, width)
+        return cls(tuple(specs), _read_only(per_spec), tuple(kv_source), _read_only(spec),
+                   _read_only(layer), _read_only(item), _read_only(block_start))
+
+    def table(self, placer: _Placer, items: Sequence[_Item], kv_heads: int,
+              microbatch: int | None) -> TensorTable:
+        """The placed table of ``items`` (this frame's, with their KV caches' blocks and
+        sequences)."""
+        specs = list(self.specs)
+        per_spec = self.per_spec.copy()
+        for at, f, n, micro in self.kv_source:
+            specs[at] = _kv_spec(items[f].specs[n], micro, kv_heads, microbatch)
+            per_spec[at] = placer.place(specs[at])
+        home, home_hi, split, tier_bytes = placer.place_placed(specs, per_spec, self.spec,
+                                                               self.layer)
+        n = len(self.spec)
+        table = TensorTable(tuple(specs), self.spec, self.layer, self.item, home, home_hi,
+                            split, np.zeros(n, dtype=bool), np.zeros(n, dtype=bool), tier_bytes,
+                            self.block_start)
+        _share_next_layer(table, self.next_layer.copy())   # the kernels take writable arrays
+        return table
+
+    @functools.cached_property
+    def next_layer(self) -> np.ndarray:
+        """:attr:`TensorTable.next_layer` of every table of this frame (read-only)."""
+        return _read_only(_next_layer(self.spec, self.layer, self.block_start))
+
+
+@functools.lru_cache(maxsize=128)
+def _table_frame(key: "_Keyed") -> _TableFrame:
+    return key.built()
 
 
 def _alias_head(table: TensorTable, tile_n: int) -> TensorTable:
@@ -1106,12 +1187,89 @@ def _plan_stage(device: Device, model: Model, workload: Decode, policy: str, sh:
                 placer: _Placer, items: list[list[_Spec]], first_item: int, stage: int,
                 stages: int, *, expert_chip: int = -1, token_base: int = 0,
                 step_tokens: int = 0, replicate: bool = True) -> Plan:
-    """One stage's (or, under expert parallel, one chip's) tensors and op table.
+    """One stage's (or, under expert parallel, one chip's) tensors and op table: the tensors
+    placed for this point, the op rows lowered once per process for every batch and context
+    (:class:`_StageRows`) and set for this one.
 
     With ``replicate`` (the default), each distinct layer shape is built row by row once and
     its other layers are copies (:class:`_LayerTemplate`); without it every layer is built row
     by row (the reference the copies are tested against, tests/test_plan_shapes.py).
     """
+    stack = resolve_runtime(device, workload)
+    tile_n = workload.tile_n or device.tile_n
+    tiers = device.tiers
+    names = tuple(t.name for t in tiers)
+    mb = workload.microbatch
+    m_rows = mb * workload.new_tokens + workload.prefill_chunk   # one microbatch with a chunk
+    final_tokens = workload.context + workload.steps * workload.new_tokens
+    link = device.link
+
+    # The stage's tensors: its weights once, each microbatch's KV cache of its layers.
+    shape_key = (device, model, _shape_fields(workload), policy, sh, first_item, len(items),
+                 stage, stages, expert_chip, replicate)
+    shape_hash = hash(shape_key)
+    table = placed = place_items(placer, items, sh.kv_heads, mb, workload.microbatches,
+                                 shape_key, shape_hash)
+    if model.tied_embeddings:
+        table = _alias_head(table, tile_n)
+    spilled: tuple[str, ...] = ()
+    if policy == "tiered":
+        spilled_tensors, spilled = _spill(device, list(table.tensors()))
+        table = table.with_tensors(spilled_tensors)
+    need = table.need()             # bytes per tier; pinning below moves none
+    _check_capacity(device, model, workload, table, need, stage, stages)
+    head_rows = (mb if workload.prefill
+                 else mb * workload.new_tokens + 1 if workload.prefill_chunk else 0)
+    key = _Keyed(shape_key, len(table), shape_hash=shape_hash)
+    key.build = lambda: _lower_stage(device, model, workload, sh, items, first_item, stage,
+                                     stages, table, expert_chip, token_base, step_tokens,
+                                     replicate)
+    lowered = _stage_rows(key)
+    op_int, op_float = lowered.with_batch(
+        device, stack, sh.tp, stage, stages, mb=mb, m_rows=m_rows, head_rows=head_rows,
+        context=workload.context, max_blocks=-(-final_tokens // workload.kv_block),
+        step_tokens=step_tokens or workload.step_tokens, token_base=token_base)
+
+    residency = workload.residency
+    if residency == "auto":
+        residency = "pinned" if policy == "hybrid" else "lru"
+    table, pinned_bits = _pin(table, residency, tiers[0].capacity)
+    if "next_layer" in placed.__dict__ and all(
+            getattr(table, name) is getattr(placed, name) for name in ("spec", "layer",
+                                                                       "block_start")):
+        _share_next_layer(table, placed.next_layer)
+    _set_tensor_columns(op_int, table.placed())
+    on_chip_resident = need.get(0, 0)
+    lru_capacity_bits = max(0, 8 * (tiers[0].capacity - on_chip_resident) - pinned_bits)
+    return Plan(
+        device=device, model=model, workload=workload, policy=policy, stage=stage,
+        stages=stages, layers=lowered.layers, tier_names=names,
+        tier_capacity=np.array([t.capacity for t in tiers], dtype=np.int64),
+        tier_bandwidth=np.array([t.sustained_bandwidth for t in tiers], dtype=np.float64),
+        tier_latency_s=np.array([t.latency_s for t in tiers], dtype=np.float64),
+        tier_granularity=np.array([t.granularity for t in tiers], dtype=np.int64),
+        tier_energy_j_per_byte=np.array([t.energy_j_per_byte for t in tiers], dtype=np.float64),
+        link_bandwidth=link.bandwidth if link else math.inf,
+        link_latency_s=link.latency_s if link else 0.0,
+        collective_latency_s=link.collective_latency_s if link else 0.0,
+        runtime=stack, launch_s=device.op_launch_s,
+        host_launch_s=(0.0 if stack.graphed(1 if expert_chip >= 0 else stages)
+                       else stack.launch_s),
+        op_int=op_int, op_float=op_float, op_names=lowered.op_names,
+        op_microbatch=lowered.op_micro, op_formats=lowered.op_formats,
+        tensor_table=table, residency=residency, lru_capacity_bits=lru_capacity_bits,
+        max_lru_entries=_max_lru_entries(op_int, lru_capacity_bits, workload, tiers),
+        spilled=spilled,
+    )
+
+
+def _lower_stage(device: Device, model: Model, workload: Decode, sh: Shard,
+                 items: list[list[_Spec]], first_item: int, stage: int, stages: int,
+                 table: TensorTable, expert_chip: int, token_base: int, step_tokens: int,
+                 replicate: bool) -> "_StageRows":
+    """A stage's op rows as built for ``workload`` (its batch and context included; see
+    :class:`_StageRows` for what another batch and context change). ``table`` is read for its
+    tensor ids, names and formats only, which do not depend on the batch or context."""
     kvfmt = get_format(workload.kv)
     act = stream_format(workload)
     act_in = get_format(workload.activations)
@@ -1119,8 +1277,6 @@ def _plan_stage(device: Device, model: Model, workload: Decode, policy: str, sh:
     fusion = stack.fusion
     tile_k = workload.tile_k or device.tile_k
     tile_n = workload.tile_n or device.tile_n
-    tiers = device.tiers
-    names = tuple(t.name for t in tiers)
     mb = workload.microbatch
     m_rows = mb * workload.new_tokens + workload.prefill_chunk   # one microbatch with a chunk
     tile_m = workload.tile_m or (tile_n if workload.carries_prompt else 0)
@@ -1134,17 +1290,6 @@ def _plan_stage(device: Device, model: Model, workload: Decode, policy: str, sh:
                   == runtime_type(device, act.compute)[0] else float(max(kvfmt.dequant_ops, 1)))
     link = device.link
     steps_per_pass = collective_steps(group_link(device, sh.tp).topology, sh.tp) if link else 0
-
-    # The stage's tensors: its weights once, each microbatch's KV cache of its layers.
-    table = place_items(placer, items, sh.kv_heads, mb, workload.microbatches)
-    if model.tied_embeddings:
-        table = _alias_head(table, tile_n)
-    spilled: tuple[str, ...] = ()
-    if policy == "tiered":
-        spilled_tensors, spilled = _spill(device, list(table.tensors()))
-        table = table.with_tensors(spilled_tensors)
-    need = table.need()             # bytes per tier; pinning below moves none
-    _check_capacity(device, model, workload, table, need, stage, stages)
     index: dict[str, int] = {}      # tensor ids by name, of the items built row by row
 
     rows: list[list[int]] = []
@@ -1153,6 +1298,7 @@ def _plan_stage(device: Device, model: Model, workload: Decode, policy: str, sh:
     op_formats: list[str] = []
     paths: dict[str, MatmulPath] = {}
     op_micro: list[int] = []
+    m_roles: list[int] = []
     micro = 0
 
     template = [0] * k.N_INT_COLS
@@ -1173,7 +1319,7 @@ def _plan_stage(device: Device, model: Model, workload: Decode, policy: str, sh:
         template[column] = value
     format_params: dict[tuple[str, int], tuple[int, ...]] = {}
 
-    def add_op(name: str, kind: int, layer: int, tensor: int, fmt: Format, *, m: int = 0,
+    def add_op(name: str, kind: int, layer: int, tensor: int, fmt: Format, *, m: int = _M_NONE,
                kk: int = 0, n: int = 0, peak: float = 0.0, dequant: float = 0.0,
                act_quant: float = 0.0, chips: int = 0, passes: int = 0,
                act_bits: int = act.element_bits,
@@ -1181,7 +1327,7 @@ def _plan_stage(device: Device, model: Model, workload: Decode, policy: str, sh:
         row = template.copy()
         row[k.C_KIND] = kind
         row[k.C_LAYER] = layer
-        row[k.C_M] = m
+        row[k.C_M] = (0, m_rows, head_rows, mb)[m]
         row[k.C_K] = kk
         row[k.C_N] = n
         row[k.C_TENSOR] = tensor         # its TENSOR_COLUMNS are set once placed
@@ -1199,17 +1345,18 @@ def _plan_stage(device: Device, model: Model, workload: Decode, policy: str, sh:
         op_names.append(name)
         op_formats.append(fmt.name)
         op_micro.append(micro)
+        m_roles.append(m)
         return row
 
     def matmul(name: str, layer: int, kk: int, n: int, tensor: str = "",
-               rows: int = 0, launches: int = 1) -> list[int]:
+               rows: int = _M_ROWS, launches: int = 1) -> list[int]:
         tensor_id = index[tensor or (f"{name}.{layer}" if layer >= 0 else name)]
         fmt = table.fmt(tensor_id)
         path = paths.get(fmt.name)
         if path is None:
             path = paths[fmt.name] = matmul_path(device, fmt, act_in, stack)
         act_bits = act_in.element_bits if path.act_quant_ops_per_element else act.element_bits
-        row = add_op(name, k.OP_MATMUL, layer, tensor_id, fmt, m=rows or m_rows, kk=kk, n=n,
+        row = add_op(name, k.OP_MATMUL, layer, tensor_id, fmt, m=rows, kk=kk, n=n,
                      peak=path.ops_per_s, dequant=path.dequant_ops_per_weight,
                      act_quant=path.act_quant_ops_per_element, act_bits=act_bits,
                      gemv_s=path.gemv_s_per_weight)
@@ -1218,12 +1365,12 @@ def _plan_stage(device: Device, model: Model, workload: Decode, policy: str, sh:
 
     def norm(name: str, layer: int, launches: int, width: int = 0) -> None:
         row = add_op(name, k.OP_NORM, layer, index[f"{name}.{layer}" if layer >= 0 else name],
-                     act, m=m_rows, kk=width or model.hidden)
+                     act, m=_M_ROWS, kk=width or model.hidden)
         row[k.C_LAUNCHES] = launches
 
     def all_reduce(name: str, layer: int, width: int, passes: int = 2) -> None:
         if sh.tp > 1:
-            row = add_op(name, k.OP_COLLECTIVE, layer, -1, act, m=m_rows, kk=width,
+            row = add_op(name, k.OP_COLLECTIVE, layer, -1, act, m=_M_ROWS, kk=width,
                          chips=sh.tp, passes=passes)
             floats[-1] = floats[-1][:3] + collective_seconds(stack, device, row) + NO_GEMV
 
@@ -1281,6 +1428,7 @@ def _plan_stage(device: Device, model: Model, workload: Decode, policy: str, sh:
     # prompt (a prefill's sequences, a chunk's sequence)
     head_rows = (mb if workload.prefill
                  else mb * workload.new_tokens + 1 if workload.prefill_chunk else 0)
+    head_role = _M_HEAD if head_rows else _M_ROWS
 
     def mla_in(layer: int) -> None:
         """MLA up to its cache, absorbed (DeepSeek-V2 report, arXiv 2405.04434, section 2.1;
@@ -1358,7 +1506,7 @@ def _plan_stage(device: Device, model: Model, workload: Decode, policy: str, sh:
             if item_no == 0:
                 item_tensor_ids(0, micro)
                 add_op("embed", k.OP_EMBED, -1, index["embedding"],
-                       table.fmt(index["embedding"]), m=m_rows, kk=h, n=model.vocab)
+                       table.fmt(index["embedding"]), m=_M_ROWS, kk=h, n=model.vocab)
                 all_reduce("embed_allreduce", -1, h)
                 item_no += 1
                 continue
@@ -1397,56 +1545,32 @@ def _plan_stage(device: Device, model: Model, workload: Decode, policy: str, sh:
                 continue
             item_tensor_ids(item_no - first_item, micro)
             norm("final_norm", -1, 1)
-            matmul("lm_head", -1, h, sh.vocab_rows, rows=head_rows)
+            matmul("lm_head", -1, h, sh.vocab_rows, rows=head_role)
             all_reduce("logits_allgather", -1, sh.vocab_rows * sh.tp, passes=1)
             for i in range(workload.draft_heads):     # on the last accepted position only
-                matmul("draft_head_res", -1, h, h, f"draft_head_res.{i}", rows=mb)
-                matmul("draft_head_lm", -1, h, sh.vocab_rows, f"draft_head_lm.{i}", rows=mb)
+                matmul("draft_head_res", -1, h, h, f"draft_head_res.{i}", rows=_M_MB)
+                matmul("draft_head_lm", -1, h, sh.vocab_rows, f"draft_head_lm.{i}", rows=_M_MB)
             item_no += 1
         if expert_chip >= 0:
             continue                    # expert-parallel chips are side by side, not a pipeline
         if stage < stages - 1:
-            row = add_op("send", k.OP_SEND, -1, -1, act, m=m_rows, kk=h,
+            row = add_op("send", k.OP_SEND, -1, -1, act, m=_M_ROWS, kk=h,
                          act_bits=stack.pipeline.handoff_bits or act.element_bits)
             floats[-1] = floats[-1][:3] + send_seconds(
                 device, stack, row, to_first=False, stage=stage, stages=stages, tp=sh.tp) + NO_GEMV
         elif stages > 1:
-            row = add_op("send_tokens", k.OP_SEND, -1, -1, act, m=m_rows, kk=1,
+            row = add_op("send_tokens", k.OP_SEND, -1, -1, act, m=_M_ROWS, kk=1,
                          act_bits=TOKEN_ID_BITS)
             floats[-1] = floats[-1][:3] + send_seconds(
                 device, stack, row, to_first=True, stage=stage, stages=stages, tp=sh.tp) + NO_GEMV
     if len(rows) > built:
         pieces.append(("rows", built, len(rows)))
 
-    residency = workload.residency
-    if residency == "auto":
-        residency = "pinned" if policy == "hybrid" else "lru"
-    table, pinned_bits = _pin(table, residency, tiers[0].capacity)
-    op_int, op_float, op_names, op_formats, op_micro = _assemble(
-        pieces, table, rows, floats, op_names, op_formats, op_micro)
-    _set_tensor_columns(op_int, table.placed())
-    on_chip_resident = need.get(0, 0)
-    lru_capacity_bits = max(0, 8 * (tiers[0].capacity - on_chip_resident) - pinned_bits)
-    return Plan(
-        device=device, model=model, workload=workload, policy=policy, stage=stage,
-        stages=stages, layers=tuple(layers), tier_names=names,
-        tier_capacity=np.array([t.capacity for t in tiers], dtype=np.int64),
-        tier_bandwidth=np.array([t.sustained_bandwidth for t in tiers], dtype=np.float64),
-        tier_latency_s=np.array([t.latency_s for t in tiers], dtype=np.float64),
-        tier_granularity=np.array([t.granularity for t in tiers], dtype=np.int64),
-        tier_energy_j_per_byte=np.array([t.energy_j_per_byte for t in tiers], dtype=np.float64),
-        link_bandwidth=link.bandwidth if link else math.inf,
-        link_latency_s=link.latency_s if link else 0.0,
-        collective_latency_s=link.collective_latency_s if link else 0.0,
-        runtime=stack, launch_s=device.op_launch_s,
-        host_launch_s=(0.0 if stack.graphed(1 if expert_chip >= 0 else stages)
-                       else stack.launch_s),
-        op_int=op_int, op_float=op_float, op_names=op_names, op_microbatch=op_micro,
-        op_formats=op_formats,
-        tensor_table=table, residency=residency, lru_capacity_bits=lru_capacity_bits,
-        max_lru_entries=_max_lru_entries(op_int, lru_capacity_bits, workload, tiers),
-        spilled=spilled,
-    )
+    op_int, op_float, op_names, op_formats, per_row = _assemble(
+        pieces, table, rows, floats, op_names, op_formats,
+        np.array([op_micro, m_roles], dtype=np.int64).T.reshape(-1, 2))
+    return _StageRows.of(op_int, op_float, op_names, op_formats, per_row[:, 0], per_row[:, 1],
+                         tuple(layers))
 
 
 # Plan one layer per shape ---------------------------------------------------------------------
@@ -1496,13 +1620,14 @@ class _LayerTemplate:
 
 
 def _assemble(pieces: list[tuple], table: TensorTable, rows: list[list[int]], floats: list,
-              names: list[str], formats: list[str], micro: list[int]) -> tuple:
+              names: list[str], formats: list[str], per_row: np.ndarray) -> tuple:
     """The stage's op table from the rows built one by one and the copied layers, in order
-    (a copied layer's tensor ids read off ``table``)."""
+    (a copied layer's tensor ids read off ``table``); ``per_row`` ([row, column], ints) is
+    copied along with the rows."""
     built = np.array(rows, dtype=np.int64).reshape(-1, k.N_INT_COLS)
     built_floats = np.array(floats, dtype=np.float64).reshape(-1, k.N_FLOAT_COLS)
-    built_micro = np.array(micro, dtype=np.int64)
-    ints, out_floats, out_micro, out_names, out_formats = [], [], [], [], []
+    columns = per_row.shape[1]
+    ints, out_floats, out_per_row, out_names, out_formats = [], [], [], [], []
     for piece in pieces:
         if piece[0] == "rows":
             _, a, b = piece
@@ -1517,14 +1642,133 @@ def _assemble(pieces: list[tuple], table: TensorTable, rows: list[list[int]], fl
         out_floats.append(built_floats[a:b] if count == 1
                           else np.repeat(built_floats[None, a:b], count, axis=0).reshape(
                               -1, k.N_FLOAT_COLS))
-        out_micro.append(built_micro[a:b] if count == 1
-                         else np.repeat(built_micro[None, a:b], count, axis=0).ravel())
+        out_per_row.append(per_row[a:b] if count == 1
+                           else np.repeat(per_row[None, a:b], count, axis=0).reshape(
+                               -1, columns))
         out_names += names[a:b] * count
         out_formats += formats[a:b] * count
     if not pieces:
-        return built, built_floats, (), (), built_micro
+        return built, built_floats, (), (), per_row
     return (np.concatenate(ints), np.concatenate(out_floats), tuple(out_names),
-            tuple(out_formats), np.concatenate(out_micro))
+            tuple(out_formats), np.concatenate(out_per_row))
+
+
+# Rows of a stage per process ------------------------------------------------------------------
+
+# What an op row's M is, by role: none (0), the microbatch's rows (its sequences' new tokens and
+# a prompt chunk), the LM head's rows (a prompt's last positions), the microbatch's sequences.
+_M_NONE, _M_ROWS, _M_HEAD, _M_MB = range(4)
+_CHUNK_OPS = ("chunk_kv_append", "chunk_attention")   # a prompt chunk's own batch and context
+
+
+def _read_only(array: np.ndarray) -> np.ndarray:
+    array.flags.writeable = False
+    return array
+
+
+@dataclass(frozen=True)
+class _StageRows:
+    """A stage's op rows as lowered for one batch and context, kept per process (read-only
+    arrays) for every batch and context of the same device, model, formats, parallelism,
+    placement and runtime: :meth:`with_batch` rewrites what depends on them, the columns
+    C_BATCH, C_CONTEXT and C_KV_MAX_BLOCKS (but a prompt chunk's own), C_M (by its role),
+    C_STEP_TOKENS and C_TOKEN_BASE, and the collectives' and hand-offs' link times."""
+
+    op_int: np.ndarray
+    op_float: np.ndarray
+    op_names: tuple[str, ...]
+    op_formats: tuple[str, ...]
+    op_micro: np.ndarray
+    m_role: np.ndarray          # [op]: _M_NONE, _M_ROWS, _M_HEAD or _M_MB
+    layers: tuple[int, ...]
+    decode: np.ndarray          # [op]: not a prompt chunk's op
+    collectives: np.ndarray     # rows of OP_COLLECTIVE
+    sends: np.ndarray           # rows of OP_SEND
+    to_first: tuple[bool, ...]  # per send: the sampled tokens back to the first stage
+
+    @classmethod
+    def of(cls, op_int: np.ndarray, op_float: np.ndarray, op_names: tuple[str, ...],
+           op_formats: tuple[str, ...], op_micro: np.ndarray, m_role: np.ndarray,
+           layers: tuple[int, ...]) -> "_StageRows":
+        kind = op_int[:, k.C_KIND]
+        decode = np.array([name not in _CHUNK_OPS for name in op_names], dtype=bool)
+        sends = np.flatnonzero(kind == k.OP_SEND)
+        return cls(_read_only(op_int), _read_only(op_float), op_names, op_formats,
+                   _read_only(np.ascontiguousarray(op_micro)),
+                   _read_only(np.ascontiguousarray(m_role)), layers, _read_only(decode),
+                   _read_only(np.flatnonzero(kind == k.OP_COLLECTIVE)),
+                   _read_only(sends), tuple(op_names[i] == "send_tokens" for i in sends))
+
+    def with_batch(self, device: Device, stack: Runtime, tp: int, stage: int, stages: int, *,
+                   mb: int, m_rows: int, head_rows: int, context: int, max_blocks: int,
+                   step_tokens: int, token_base: int) -> tuple[np.ndarray, np.ndarray]:
+        """New op_int and op_float tables for this batch and context (what _lower_stage would
+        build for them)."""
+        op_int = self.op_int.copy()
+        decode = self.decode
+        op_int[decode, k.C_BATCH] = mb
+        op_int[decode, k.C_CONTEXT] = context
+        op_int[decode, k.C_KV_MAX_BLOCKS] = max_blocks
+        op_int[:, k.C_M] = np.array((0, m_rows, head_rows, mb), dtype=np.int64)[self.m_role]
+        op_int[:, k.C_STEP_TOKENS] = step_tokens
+        op_int[:, k.C_TOKEN_BASE] = token_base + self.op_micro * m_rows
+        if not len(self.collectives) and not len(self.sends):
+            return op_int, self.op_float.copy()
+        op_float = self.op_float.copy()
+        timed: dict[tuple[int, ...], tuple[float, float]] = {}
+        for row in self.collectives.tolist():
+            columns = tuple(op_int[row, COLLECTIVE_COLUMNS].tolist())
+            seconds = timed.get(columns)
+            if seconds is None:
+                seconds = timed[columns] = collective_seconds(stack, device, op_int[row])
+            op_float[row, k.F_LINK_S:k.F_LINK_LATENCY_S + 1] = seconds
+        for row, to_first in zip(self.sends.tolist(), self.to_first):
+            op_float[row, k.F_LINK_S:k.F_LINK_LATENCY_S + 1] = send_seconds(
+                device, stack, op_int[row], to_first=to_first, stage=stage, stages=stages,
+                tp=tp)
+        return op_int, op_float
+
+
+class _Keyed:
+    """A per-process cache key (everything a value depends on besides the batch and the
+    context) carrying the function that builds the value on a miss; equal by the key alone."""
+
+    __slots__ = ("key", "hash", "build")
+
+    def __init__(self, shape_key: tuple, *extra: object, shape_hash: int | None = None) -> None:
+        self.key = (shape_key, extra)
+        self.hash = hash((hash(shape_key) if shape_hash is None else shape_hash, extra))
+        self.build = None
+
+    def __hash__(self) -> int:
+        return self.hash
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Keyed) and self.key == other.key
+
+    def built(self):
+        """The value, built once; the cache keeps the key, not what built it."""
+        build, self.build = self.build, None
+        return build()
+
+
+@functools.lru_cache(maxsize=128)
+def _stage_rows(key: _Keyed) -> _StageRows:
+    return key.built()
+
+
+_BATCH_FIELDS = ("batch", "context")
+
+
+@functools.lru_cache(maxsize=8)
+def _other_fields(cls: type) -> tuple[str, ...]:
+    return tuple(f.name for f in dataclasses.fields(cls) if f.name not in _BATCH_FIELDS)
+
+
+def _shape_fields(workload: Decode) -> tuple:
+    """The workload's fields but its batch and context."""
+    return (type(workload),) + tuple([getattr(workload, name)
+                                      for name in _other_fields(type(workload))])
 
 
 def _set_tensor_columns(op_int: np.ndarray, placed: np.ndarray) -> None:

@@ -581,7 +581,7 @@ def summarize(counts: StepCounts, tier_names: tuple[str, ...], energy_j_per_byte
                  else counts.times[critical]).sum(axis=0)
     labels = _bound_labels(tier_names)
     time_split = _time_split(counts.times, critical, groups.spent_on, step_time, host_s,
-                             float(work.mean()))
+                             float(work[0]) if len(work) == 1 else float(work.mean()))
 
     # The system's totals are Python integers: one chip's counts fit int64 (limits.check_sizes),
     # but summed over stages and multiplied by the tensor-parallel chips they may not.
@@ -637,15 +637,16 @@ def _time_split(times: np.ndarray, critical: np.ndarray, spent_on: list[np.ndarr
                 step_time: float, host_s: float, mean_work_s: float) -> dict[str, float]:
     """What the critical path's time went to (see :class:`StepSummary`); ``spent_on`` marks
     the ops of each of _SPENT_ON_NAMES (None: every op's time is on weights)."""
-    launch = times[critical, -1].sum()
+    every = bool(critical.all())       # one chip's ops, in order: no mask to take
+    launch = (times[:, -1] if every else times[critical, -1]).sum()
     work = times[:, :-1].sum(axis=1)
     split = {"weights": 0.0, "kv": 0.0, "collectives": 0.0, "launch": float(launch),
              "host": host_s, "pipeline_idle": max(0.0, step_time - host_s - mean_work_s)}
     if spent_on is None:
-        split["weights"] = float(work[critical].sum())
+        split["weights"] = float((work if every else work[critical]).sum())
         return split
     for name, ops in zip(_SPENT_ON_NAMES, spent_on):
-        split[name] = float(work[critical & ops].sum())
+        split[name] = float(work[ops if every else critical & ops].sum())
     return split
 
 
