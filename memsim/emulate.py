@@ -237,9 +237,13 @@ def link_energy_per_op(system: SystemPlan) -> float | np.ndarray:
     cross the scale-out network (``scale_out.energy``); the rest the domain's ``link.energy``.
     One figure when every op's is the same."""
     dev = system.device
+    link_j_per_byte = dev.link.energy_j_per_byte if dev.link else 0.0
+    if dev.link is None or dev.scale_out is None or not any(
+            map(_may_cross, system.stages)):
+        return float(link_j_per_byte)           # no op's bytes may cross the scale-out network
     out = []
     for plan in system.stages:
-        energy = np.full(plan.n_ops, dev.link.energy_j_per_byte if dev.link else 0.0)
+        energy = np.full(plan.n_ops, link_j_per_byte)
         if dev.link is not None and dev.scale_out is not None:
             kinds = plan.op_int[:, k.C_KIND]
             energy[((kinds == k.OP_COLLECTIVE) | (kinds == k.OP_ALL_TO_ALL))
@@ -254,6 +258,13 @@ def link_energy_per_op(system: SystemPlan) -> float | np.ndarray:
         out.append(energy)
     energies = np.concatenate(out)
     return float(energies[0]) if (energies == energies[0]).all() else energies
+
+
+def _may_cross(plan: Plan) -> bool:
+    """Whether any op of the plan is of a kind whose bytes may cross the scale-out network."""
+    kinds = plan.op_int[:, k.C_KIND]
+    return bool(((kinds == k.OP_COLLECTIVE) | (kinds == k.OP_ALL_TO_ALL)
+                 | (kinds == k.OP_SEND)).any())
 
 
 @dataclass(frozen=True)

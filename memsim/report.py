@@ -664,7 +664,7 @@ class StepSummarizer:
                  op_layer: np.ndarray | None, op_kind: np.ndarray | None, host_s: float,
                  static_power_w: float, op_stage: np.ndarray, op_micro: np.ndarray,
                  weight_ops: np.ndarray) -> None:
-        self.tier_names, self.groups, self.tp = tier_names, groups, tp
+        self.tier_names, self.tp = tier_names, tp
         self.energy_j_per_flop = energy_j_per_flop
         self._fields = dict(energy_j_per_byte=energy_j_per_byte,
                             energy_j_per_flop=energy_j_per_flop, op_stage=op_stage,
@@ -686,18 +686,19 @@ class StepSummarizer:
 
     def _like_before(self, counts: StepCounts) -> StepSummary | None:
         before, summary, bytes_energy = self._before
-        if not (np.array_equal(counts.read_bits, before.read_bits)
-                and np.array_equal(counts.written_bits, before.written_bits)
-                and np.array_equal(counts.times.view(np.int64), before.times.view(np.int64))):
+        if (counts.read_bits.shape != before.read_bits.shape
+                or counts.read_bits.tobytes() != before.read_bits.tobytes()
+                or counts.written_bits.tobytes() != before.written_bits.tobytes()
+                or counts.times.tobytes() != before.times.tobytes()):       # bit for bit
             return None
-        changed = (counts.results != before.results).any(axis=0)
-        changed[_OPERATION_RESULTS] = False
-        if changed.any():
+        results = counts.results.copy()
+        results[:, _OPERATION_RESULTS] = before.results[:, _OPERATION_RESULTS]
+        if results.tobytes() != before.results.tobytes():
             return None
-        groups = self.groups
-        chip, _ = _totals(counts, groups.op_stage, groups.stages, groups.weight_ops)
-        total = chip[:, groups.col.results][:, _OPERATION_RESULTS].astype(object).sum(axis=0)
-        flops, vector_ops = (int(value) * self.tp for value in total)
+        # the exact sum over the ops: what summarize's per-stage int64 sums (no chip's count
+        # overflows, memsim.limits) added as Python integers give
+        flops, vector_ops = (sum(column) * self.tp
+                             for column in counts.results[:, _OPERATION_RESULTS].T.tolist())
         energy = bytes_energy + (flops + vector_ops) * self.energy_j_per_flop
         return replace(
             summary, step=counts.step, flops=flops, vector_ops=vector_ops,
