@@ -6,7 +6,7 @@ import csv
 import io
 import json
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -700,8 +700,9 @@ class StepSummarizer:
         flops, vector_ops = (sum(column) * self.tp
                              for column in counts.results[:, _OPERATION_RESULTS].T.tolist())
         energy = bytes_energy + (flops + vector_ops) * self.energy_j_per_flop
-        return replace(
-            summary, step=counts.step, flops=flops, vector_ops=vector_ops,
+        again = object.__new__(StepSummary)   # a copy with new fields (a frozen dataclass)
+        again.__dict__.update(
+            summary.__dict__, step=counts.step, flops=flops, vector_ops=vector_ops,
             energy_j=float(energy + summary.static_energy_j),
             bytes_read=dict(summary.bytes_read), bytes_written=dict(summary.bytes_written),
             weight_bytes_read=dict(summary.weight_bytes_read),
@@ -709,9 +710,11 @@ class StepSummarizer:
             chip_bytes_written=tuple(map(dict, summary.chip_bytes_written)),
             chip_weight_bytes_read=tuple(map(dict, summary.chip_weight_bytes_read)),
             time_by_bound=dict(summary.time_by_bound), time_split=dict(summary.time_split))
+        return again
 
 
-_OPERATION_RESULTS = [k.R_FLOPS, k.R_VECTOR_OPS]
+# The results columns a decode step's one more token of context changes (adjacent columns).
+_OPERATION_RESULTS = slice(k.R_FLOPS, k.R_VECTOR_OPS + 1)
 
 
 def _time_split(times: np.ndarray, critical: np.ndarray, spent_on: list[np.ndarray] | None,
