@@ -17,7 +17,8 @@ from memsim.model import Model
 from memsim.plan import Plan, SystemPlan, crossing_link, plan_system
 from memsim.routing import Router
 from memsim.runtime import Runtime
-from memsim.report import ChipHoldings, OpGroups, Report, StepCounts, StepSummary, summarize
+from memsim.report import (ChipHoldings, OpGroups, Report, StepCounts, StepSummarizer,
+                           StepSummary)
 from memsim.workload import Decode, Prefill
 
 
@@ -236,9 +237,13 @@ def link_energy_per_op(system: SystemPlan) -> float | np.ndarray:
     cross the scale-out network (``scale_out.energy``); the rest the domain's ``link.energy``.
     One figure when every op's is the same."""
     dev = system.device
+    link_j_per_byte = dev.link.energy_j_per_byte if dev.link else 0.0
+    if dev.link is None or dev.scale_out is None or not any(
+            map(_may_cross, system.stages)):
+        return float(link_j_per_byte)           # no op's bytes may cross the scale-out network
     out = []
     for plan in system.stages:
-        energy = np.full(plan.n_ops, dev.link.energy_j_per_byte if dev.link else 0.0)
+        energy = np.full(plan.n_ops, link_j_per_byte)
         if dev.link is not None and dev.scale_out is not None:
             kinds = plan.op_int[:, k.C_KIND]
             energy[((kinds == k.OP_COLLECTIVE) | (kinds == k.OP_ALL_TO_ALL))
@@ -253,6 +258,13 @@ def link_energy_per_op(system: SystemPlan) -> float | np.ndarray:
         out.append(energy)
     energies = np.concatenate(out)
     return float(energies[0]) if (energies == energies[0]).all() else energies
+
+
+def _may_cross(plan: Plan) -> bool:
+    """Whether any op of the plan is of a kind whose bytes may cross the scale-out network."""
+    kinds = plan.op_int[:, k.C_KIND]
+    return bool(((kinds == k.OP_COLLECTIVE) | (kinds == k.OP_ALL_TO_ALL)
+                 | (kinds == k.OP_SEND)).any())
 
 
 @dataclass(frozen=True)
@@ -342,6 +354,14 @@ class SystemRun:
         self.host_s = host_time_per_step(stages[0].runtime,
                                          1 if system.parallel_stages else len(stages))
         self.static_power_w = (system.device.idle_power_w or 0.0) * system.chips
+        ops = self.ops
+        self.summarize = StepSummarizer(
+            stages[0].tier_names, self.energy, system.device.energy_j_per_flop,
+            op_stage=ops.op_stage, op_micro=ops.op_micro, weight_ops=ops.weight_ops,
+            tp=system.workload.tp, link_energy_j_per_byte=self.link_energy,
+            peer_ops=ops.peer_ops, op_layer=ops.layer if system.parallel_stages else None,
+            op_kind=ops.kind, host_s=self.host_s, static_power_w=self.static_power_w,
+            groups=ops.groups)
         self.summaries: list[StepSummary] = []
         self.cold: StepCounts | None = None
         self.warm: StepCounts | None = None
@@ -353,22 +373,12 @@ class SystemRun:
     def step(self, step: int) -> StepSummary:
         """Emulate step ``step`` on every stage; returns its summary."""
         system = self.system
-        dev = system.device
         routes = self.router.tally(step) if self.router else NO_ROUTES
         counts = _concatenate([run_step(plan, res, step, routes)
                                for plan, res in zip(system.stages, self.residencies)])
         peers = (_concatenate([peer_embedding_counts(plan, step) for plan in system.stages])
                  if system.workload.tp > 1 else None)       # one chip per stage: no peers
-        ops = self.ops
-        summary = summarize(counts, system.stages[0].tier_names, self.energy,
-                            dev.energy_j_per_flop, op_stage=ops.op_stage,
-                            op_micro=ops.op_micro, weight_ops=ops.weight_ops,
-                            tp=system.workload.tp,
-                            link_energy_j_per_byte=self.link_energy,
-                            peers=peers, peer_ops=ops.peer_ops,
-                            op_layer=ops.layer if system.parallel_stages else None,
-                            op_kind=ops.kind, host_s=self.host_s,
-                            static_power_w=self.static_power_w, groups=ops.groups)
+        summary = self.summarize(counts, peers)
         self.summaries.append(summary)
         self.cold = counts if self.cold is None else self.cold
         self.warm = counts

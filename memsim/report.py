@@ -527,6 +527,21 @@ def summarize(counts: StepCounts, tier_names: tuple[str, ...], energy_j_per_byte
               op_layer: np.ndarray | None = None, op_kind: np.ndarray | None = None,
               host_s: float = 0.0, static_power_w: float = 0.0,
               groups: OpGroups | None = None) -> StepSummary:
+    """Totals of one step's counters (:func:`_summarize`)."""
+    return _summarize(counts, tier_names, energy_j_per_byte, energy_j_per_flop,
+                      op_stage=op_stage, op_micro=op_micro, weight_ops=weight_ops, tp=tp,
+                      link_energy_j_per_byte=link_energy_j_per_byte, peers=peers,
+                      peer_ops=peer_ops, op_layer=op_layer, op_kind=op_kind, host_s=host_s,
+                      static_power_w=static_power_w, groups=groups)[0]
+
+
+def _summarize(counts: StepCounts, tier_names: tuple[str, ...],
+               energy_j_per_byte: tuple[float, ...], energy_j_per_flop: float, *,
+               op_stage: np.ndarray, op_micro: np.ndarray, weight_ops: np.ndarray, tp: int,
+               link_energy_j_per_byte: float | np.ndarray, peers: StepCounts | None,
+               peer_ops: np.ndarray | None, op_layer: np.ndarray | None,
+               op_kind: np.ndarray | None, host_s: float, static_power_w: float,
+               groups: OpGroups | None) -> tuple[StepSummary, float]:
     """Totals of one step's counters: per chip of each stage, and over the system (``tp``
     chips per stage); bytes summed from per-op whole bytes.
 
@@ -540,8 +555,8 @@ def summarize(counts: StepCounts, tier_names: tuple[str, ...], energy_j_per_byte
     ``host_s`` is the runtime's host time on the critical path per step; ``static_power_w`` the
     whole system's static power, W. ``link_energy_j_per_byte`` is one figure for every op, or
     one per op (the link each op's bytes cross). ``groups`` is :class:`OpGroups` of these ops,
-    when the caller keeps one across steps.
-    """
+    when the caller keeps one across steps. Returns the summary and the energy of its bytes
+    alone, J (the dynamic energy less the flops' and vector operations')."""
     if groups is None:
         groups = OpGroups(len(tier_names), op_stage, op_micro, weight_ops, op_kind)
     col = groups.col
@@ -611,6 +626,7 @@ def summarize(counts: StepCounts, tier_names: tuple[str, ...], energy_j_per_byte
     energy += (link * link_energy_j_per_byte if np.ndim(link_energy_j_per_byte) == 0
                else float(_bytes(counts.results[:, k.R_LINK_BITS]) @ link_energy_j_per_byte)
                * tp)
+    bytes_energy = energy
     energy += (results[k.R_FLOPS] + results[k.R_VECTOR_OPS]) * energy_j_per_flop
     static_energy = static_power_w * step_time
     return StepSummary(
@@ -630,7 +646,75 @@ def summarize(counts: StepCounts, tier_names: tuple[str, ...], energy_j_per_byte
         time_by_bound={**dict(zip(labels, by_column.tolist())), "host": host_s},
         energy_j=float(energy + static_energy), time_split=time_split,
         static_energy_j=float(static_energy),
-    )
+    ), bytes_energy
+
+
+class StepSummarizer:
+    """:func:`summarize` for the steps of one run, the arguments no step changes kept.
+
+    A step whose counters equal the step before's in every bit but its flops and vector
+    operations (a decode step's attention over one more token of context, every byte and time
+    the same) takes that step's summary with its flops, vector operations and energy worked out
+    again: what :func:`summarize` gives, figure for figure, without its float sums and dicts.
+    """
+
+    def __init__(self, tier_names: tuple[str, ...], energy_j_per_byte: tuple[float, ...],
+                 energy_j_per_flop: float, *, groups: OpGroups, tp: int,
+                 link_energy_j_per_byte: float | np.ndarray, peer_ops: np.ndarray | None,
+                 op_layer: np.ndarray | None, op_kind: np.ndarray | None, host_s: float,
+                 static_power_w: float, op_stage: np.ndarray, op_micro: np.ndarray,
+                 weight_ops: np.ndarray) -> None:
+        self.tier_names, self.tp = tier_names, tp
+        self.energy_j_per_flop = energy_j_per_flop
+        self._fields = dict(energy_j_per_byte=energy_j_per_byte,
+                            energy_j_per_flop=energy_j_per_flop, op_stage=op_stage,
+                            op_micro=op_micro, weight_ops=weight_ops, tp=tp,
+                            link_energy_j_per_byte=link_energy_j_per_byte, peer_ops=peer_ops,
+                            op_layer=op_layer, op_kind=op_kind, host_s=host_s,
+                            static_power_w=static_power_w, groups=groups)
+        self._before: tuple[StepCounts, StepSummary, float] | None = None
+
+    def __call__(self, counts: StepCounts, peers: StepCounts | None = None) -> StepSummary:
+        """The summary of ``counts``, ``peers`` the other chips' counts (None: none)."""
+        if peers is None and self._before is not None:
+            summary = self._like_before(counts)
+            if summary is not None:
+                return summary
+        summary, bytes_energy = _summarize(counts, self.tier_names, peers=peers, **self._fields)
+        self._before = None if peers is not None else (counts, summary, bytes_energy)
+        return summary
+
+    def _like_before(self, counts: StepCounts) -> StepSummary | None:
+        before, summary, bytes_energy = self._before
+        if (counts.read_bits.shape != before.read_bits.shape
+                or counts.read_bits.tobytes() != before.read_bits.tobytes()
+                or counts.written_bits.tobytes() != before.written_bits.tobytes()
+                or counts.times.tobytes() != before.times.tobytes()):       # bit for bit
+            return None
+        results = counts.results.copy()
+        results[:, _OPERATION_RESULTS] = before.results[:, _OPERATION_RESULTS]
+        if results.tobytes() != before.results.tobytes():
+            return None
+        # the exact sum over the ops: what summarize's per-stage int64 sums (no chip's count
+        # overflows, memsim.limits) added as Python integers give
+        flops, vector_ops = (sum(column) * self.tp
+                             for column in counts.results[:, _OPERATION_RESULTS].T.tolist())
+        energy = bytes_energy + (flops + vector_ops) * self.energy_j_per_flop
+        again = object.__new__(StepSummary)   # a copy with new fields (a frozen dataclass)
+        again.__dict__.update(
+            summary.__dict__, step=counts.step, flops=flops, vector_ops=vector_ops,
+            energy_j=float(energy + summary.static_energy_j),
+            bytes_read=dict(summary.bytes_read), bytes_written=dict(summary.bytes_written),
+            weight_bytes_read=dict(summary.weight_bytes_read),
+            chip_bytes_read=tuple(map(dict, summary.chip_bytes_read)),
+            chip_bytes_written=tuple(map(dict, summary.chip_bytes_written)),
+            chip_weight_bytes_read=tuple(map(dict, summary.chip_weight_bytes_read)),
+            time_by_bound=dict(summary.time_by_bound), time_split=dict(summary.time_split))
+        return again
+
+
+# The results columns a decode step's one more token of context changes (adjacent columns).
+_OPERATION_RESULTS = slice(k.R_FLOPS, k.R_VECTOR_OPS + 1)
 
 
 def _time_split(times: np.ndarray, critical: np.ndarray, spent_on: list[np.ndarray] | None,
