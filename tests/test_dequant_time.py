@@ -202,8 +202,14 @@ def test_bad_mix_names_file_and_field(gemv, field):
      "issue.pipes.x.per_clock"),
 ])
 def test_bad_issue_table_names_file_and_field(issue, field):
+    assert_bad_device_table("issue", issue, field)
+
+
+def assert_bad_device_table(table: str, value, field: str) -> None:
+    """h100-sxm's file with ``table`` set to ``value`` is one ConfigError naming the file and
+    a field that starts with ``field``."""
     data = dict(memsim.device("h100-sxm").data)
-    data["issue"] = issue
+    data[table] = value
     with pytest.raises(ConfigError) as err:
         parse_device(data, file="dev.toml")
     assert err.value.file == "dev.toml" and err.value.field.startswith(field)

@@ -24,6 +24,7 @@ from memsim.kernels import step as k
 from memsim.plan import make_plan
 from memsim.precision import matmul_path
 from memsim.runtime import parse_runtime, runtime
+from tests.test_dequant_time import assert_bad_device_table
 from tests.test_walk_fast import check_against_twin
 
 A100 = "validation/devices/a100-sxm4-80gb.toml"
@@ -173,8 +174,4 @@ def test_bad_in_flight_names_file_and_field(in_flight, field):
     ("2048", "occupancy"),
 ])
 def test_bad_occupancy_names_file_and_field(occupancy, field):
-    data = dict(memsim.device("h100-sxm").data)
-    data["occupancy"] = occupancy
-    with pytest.raises(ConfigError) as err:
-        parse_device(data, file="dev.toml")
-    assert err.value.file == "dev.toml" and err.value.field.startswith(field)
+    assert_bad_device_table("occupancy", occupancy, field)
