@@ -35,7 +35,7 @@ from typing import Any
 from memsim.device import Device, Link, device as catalog_device, freeze, thaw
 from memsim.datafile import tomllib
 from memsim.errors import ConfigError
-from memsim.model import Model, model as catalog_model
+from memsim.model import Model, check_model, model as catalog_model
 from memsim.workload import Decode
 
 DECODE_FIELDS = tuple(f.name for f in dataclasses.fields(Decode))
@@ -223,9 +223,10 @@ def _apply(dev: Device, request: DeviceRequest) -> Device:
 
 
 def model_from(name: Model | str) -> Model:
-    """A catalog model by name, or a model file by path (cached; a Model is returned as is)."""
+    """A catalog model by name, or a model file by path (cached); a Model built in Python is held
+    to a model file's limits (:func:`memsim.model.check_model`)."""
     if isinstance(name, Model):
-        return name
+        return check_model(name)
     if not isinstance(name, str) or not name.strip():
         raise ConfigError(f"expected a model name or file, got {name!r}", field="model")
     return _model_cached(name)

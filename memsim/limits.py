@@ -8,8 +8,9 @@ Two kinds of limit (``docs/limits.md`` lists them with their reasons):
 - **Sizes** (:func:`check_sizes`): counts are exact int64 integers, so before planning the
   largest count one step can reach (weight bits, the KV cache's bits at the final context,
   FLOPs, tiles) is computed from the model's shape, the workload and the device, with Python
-  integers that cannot wrap, and a workload that could pass ``2**63 - 1`` is refused. Shapes
-  that would take hours to plan (a million layers) are refused by their own limits.
+  integers that cannot wrap, and a workload that could pass ``2**63 - 1`` is refused. A model's
+  shape is held to the limits a model file is read with (:func:`memsim.model.check_model`), so a
+  million layers are refused before they plan for hours, whether they came from a file or Python.
 
 Example::
 
@@ -27,6 +28,7 @@ from typing import TYPE_CHECKING
 from memsim.errors import ConfigError
 from memsim.checkpoints import ROLES, weight_formats
 from memsim.formats import Format, get_format
+from memsim.model import check_model
 from memsim.units import format_quantity
 
 if TYPE_CHECKING:  # the data floor: limits is imported by device.py, so no runtime import back
@@ -34,19 +36,15 @@ if TYPE_CHECKING:  # the data floor: limits is imported by device.py, so no runt
     from memsim.model import Model
     from memsim.workload import Decode
 
-__all__ = ["FIGURE_RANGES", "INT64_MAX", "MAX_LAYERS", "MAX_EXPERTS", "MAX_DIMENSION",
-           "MAX_STEPS", "MAX_DRAFT_HEADS", "MAX_TILE_ELEMENTS", "MAX_SAMPLES", "FigureRange",
+__all__ = ["FIGURE_RANGES", "INT64_MAX", "MAX_STEPS", "MAX_DRAFT_HEADS", "MAX_TILE_ELEMENTS", "MAX_SAMPLES", "FigureRange",
            "check_figure", "check_int64", "check_samples", "check_sizes", "largest_counts"]
 
 #: The largest value of a signed 64-bit counter: every byte, bit, FLOP and tile count of a plan
 #: and of the kernels is an int64.
 INT64_MAX = 2**63 - 1
 
-#: Shape limits, far above every published model (Llama 3.1 405B: 126 layers, hidden 16,384;
-#: DeepSeek-V3: 256 routed experts; vocabularies near 256K), below which planning stays fast.
-MAX_LAYERS = 4096
-MAX_EXPERTS = 4096
-MAX_DIMENSION = 2**24          # hidden, ffn, vocab, heads x head_dim: 16.7 M
+#: Workload and tile limits below which planning stays fast (a model's shape limits are
+#: memsim.model.LIMITS, the ones its files are read with).
 MAX_STEPS = 4096               # decode steps emulated in one run
 MAX_DRAFT_HEADS = 64           # self-drafting heads (Medusa: 5; Hydra: 4; EAGLE: one layer)
 MAX_TILE_ELEMENTS = 2**32      # tile_k x tile_n of one weight tile
@@ -154,18 +152,12 @@ def check_samples(samples: int) -> int:
 
 
 def _check_shape(model: Model, workload: Decode) -> None:
-    """Layers, experts, dimensions and steps within the planner's limits."""
-    limits = [("layers", model.layers, MAX_LAYERS), ("moe.experts", model.experts, MAX_EXPERTS),
-              ("steps", workload.steps, MAX_STEPS),
-              ("draft_heads", workload.draft_heads, MAX_DRAFT_HEADS)]
-    limits += [(name, getattr(model, name), MAX_DIMENSION)
-               for name in ("hidden", "ffn", "vocab", "heads", "kv_heads", "head_dim")]
-    limits.append(("heads x head_dim", model.heads * model.head_dim, MAX_DIMENSION))
-    for name, value, largest in limits:
+    """The model's shape within a model file's limits; steps and draft heads within theirs."""
+    check_model(model)
+    for name, value, largest in (("steps", workload.steps, MAX_STEPS),
+                                 ("draft_heads", workload.draft_heads, MAX_DRAFT_HEADS)):
         if value > largest:
-            whose = ("the workload's" if name in ("steps", "draft_heads")
-                     else f"{model.name}'s")
-            raise ConfigError(f"{whose} {name} = {value:,} is above memsim's limit of "
+            raise ConfigError(f"the workload's {name} = {value:,} is above memsim's limit of "
                               f"{largest:,} (docs/limits.md)", field=name)
 
 
@@ -228,8 +220,8 @@ def largest_counts(device: Device, model: Model, workload: Decode) -> dict[str, 
 def check_sizes(device: Device, model: Model, workload: Decode) -> None:
     """Refuse, before planning, a workload whose counts could wrap int64 or take hours to plan.
 
-    Checks the model's shape against :data:`MAX_LAYERS`, :data:`MAX_EXPERTS`,
-    :data:`MAX_DIMENSION`, the workload's steps against :data:`MAX_STEPS`, the tile against
+    Checks the model's shape against a model file's limits (:func:`memsim.model.check_model`),
+    the workload's steps against :data:`MAX_STEPS`, the tile against
     :data:`MAX_TILE_SIDE` and :data:`MAX_TILE_ELEMENTS`, and every count of
     :func:`largest_counts` against ``INT64_MAX / SIZE_HEADROOM``.
 

@@ -8,6 +8,7 @@ the limits both obey.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 from collections.abc import Mapping
@@ -254,6 +255,40 @@ def check_shape(values: Mapping[str, Any], *, file: str,
     return model
 
 
+def check_model(model: Model) -> Model:
+    """A Model built in Python, held to the limits and relations of one read from a file.
+
+    The Python API takes a :class:`Model` as it takes a model file, so the same
+    :func:`check_shape` refuses both (heads not a multiple of kv_heads, a dense model's
+    experts_per_token, a zero dimension). Checked once per distinct model in a process.
+    """
+    if not isinstance(model, Model):
+        raise ConfigError(f"expected a memsim.Model, got {type(model).__name__}", field="model")
+    try:
+        hash(model)
+    except TypeError:
+        return _check_model(model)
+    return _check_model_cached(model)
+
+
+@functools.lru_cache(maxsize=64)
+def _check_model_cached(model: Model) -> Model:
+    return _check_model(model)
+
+
+def _check_model(model: Model) -> Model:
+    values = {f.name: getattr(model, f.name) for f in dataclasses.fields(Model)}
+    # What a file leaves out: a dense model's expert count, and MLA's dimensions under GQA.
+    if values["experts"] == 1:
+        del values["experts"]
+    if values["attention"] == "gqa":
+        for key in MLA_KEYS:
+            if values[key] == 0:
+                del values[key]
+    check_shape(values, file=f"memsim.Model {model.name!r}")
+    return model
+
+
 def _check_mla(shape: dict[str, Any], *, file: str, where) -> None:
     """An MLA shape gives its dimensions; its cache is one latent "KV head" of
     ``kv_lora_rank + qk_rope_head_dim`` values (set here, so the other fields follow)."""
@@ -288,6 +323,9 @@ def _check_moe(shape: dict[str, Any], *, file: str, where) -> None:
             if shape.get(key):
                 raise ConfigError(f"{key} needs routed experts (experts >= 2)", file=file,
                                   field=where(key))
+        if shape.get("experts_per_token", 1) != 1:
+            raise ConfigError(f"experts_per_token = {shape['experts_per_token']} needs routed "
+                              "experts (experts >= 2)", file=file, field=where("experts_per_token"))
         return
     if shape.get("experts_per_token", 1) > experts:
         raise ConfigError(f"experts_per_token ({shape['experts_per_token']}) exceeds experts "

@@ -91,3 +91,25 @@ def test_decode_from_takes_placement_in_every_form_and_names_unknown_fields():
 def test_request_of_takes_the_workload_policy():
     assert request_of("h100-sxm", workload={"policy": "hybrid"}).policy == "hybrid"
     assert model_from("llama-3.2-1b") is model_from("llama-3.2-1b")
+
+
+@pytest.mark.parametrize("change, field", [
+    ({"kv_heads": 3}, "kv_heads"),               # 32 heads: ran, silently, before the check
+    ({"experts_per_token": 4}, "experts_per_token"),   # a dense model: ran as if 1
+    ({"heads": 0}, "heads"),                     # was a ZeroDivisionError
+    ({"layers": 2000}, "layers"),                # a file is refused above 1,024 layers
+    ({"hidden": -5}, "hidden"),
+])
+def test_a_model_built_in_python_meets_a_model_files_limits(change, field):
+    """One path: emulate, the planner and model_from refuse a Model a file could not state."""
+    bad = dataclasses.replace(memsim.model("llama-3.2-1b"), **change)
+    for call in (lambda: model_from(bad), lambda: memsim.emulate("h100-sxm", bad, context=128)):
+        with pytest.raises(ConfigError) as info:
+            call()
+        assert info.value.field == field and "memsim.Model 'llama-3.2-1b'" in str(info.value)
+
+
+def test_a_valid_model_built_in_python_runs_as_given():
+    small = dataclasses.replace(memsim.model("llama-3.2-1b"), layers=4)
+    assert model_from(small) is small
+    assert memsim.emulate("h100-sxm", small, context=128).time_per_token > 0
