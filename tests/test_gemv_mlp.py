@@ -68,6 +68,21 @@ def test_llama_cpp_fp16_dmmv_keeps_4_kib_per_sm_on_the_a100():
     assert not any(bare_path.gemv_s_per_weight[2 * MAX_PIPES:])
 
 
+def test_trtllm_cuda_core_fp8_block_shape_would_not_bind_on_the_h100():
+    """runtimes/trt-llm.toml keeps FP8 off the GEMV path on sm90; its [sources] say TensorRT-LLM's
+    CUDA-core FP8 kernel (cudaCoreGemm.cu: 128 threads, 2 output columns per block, 2 x 16 B per
+    thread and iteration, M <= 4) would not bind there anyway: 132 SMs x 16 blocks x 4 KiB over
+    the 500 ns DRAM latency is 17.3 TB/s, above the 2.8 TB/s sustained stream."""
+    assert runtime("trt-llm").gemv == ()
+    h100 = memsim.device("h100-sxm")
+    columns = mlp_columns(h100.occupancy, _mix(128, 2, 32.0, 4))
+    assert columns == (4096.0, 16.0, 2.0, 4.0)
+    hbm = h100.tiers[1]
+    bound = h100.cores * columns[1] * columns[0] / hbm.latency_s
+    assert bound == pytest.approx(132 * 16 * 4096 / 500e-9)
+    assert bound > 5 * hbm.sustained_bandwidth
+
+
 def test_close_wave_takes_bytes_times_latency_over_bytes_in_flight():
     bandwidth = np.array([1e15, 2e12])
     latency = np.array([1e-7, 5e-7])
