@@ -44,7 +44,7 @@ RUNTIMES = ("llama.cpp-cuda", "llama.cpp-metal", "hf-eager", "gpt-fast", "vllm",
 SPEC_METHODS = ("draft", "heads", "ngram")
 REQUIRED = ("id", "device", "model", "weights", "software", "runtime", "batch", "context",
             "metric", "value", "source")
-OPTIONAL = ("chips", "parallel", "kv", "note", "prompt", "serving", "speculative_in_figure",
+OPTIONAL = ("chips", "parallel", "kv", "activations", "note", "prompt", "serving", "speculative_in_figure",
             "method", "draft", "gamma", "tree", "accepted_tokens", "acceptance",
             "input_tokens", "output_tokens", "concurrency", "token_budget", "max_batch",
             "scheduling")
@@ -314,7 +314,8 @@ def _decode_fields(row: dict[str, Any]) -> dict[str, Any]:
     chips = int(row.get("chips", 1))
     parallel = row.get("parallel", "tp")
     return dict(batch=row["batch"], context=row["context"], weights=row["weights"],
-                kv=row.get("kv", "bf16"), tp=chips if parallel == "tp" else 1,
+                kv=row.get("kv", "bf16"), activations=row.get("activations", "auto"),
+                tp=chips if parallel == "tp" else 1,
                 pp=chips if parallel == "pp" else 1, runtime=row["runtime"])
 
 

@@ -261,3 +261,12 @@ def test_a_static_batch_row_counts_its_prompts_prefill(tmp_path):
     with pytest.raises(memsim.ConfigError) as error:
         load_measurements(folder)
     assert error.value.field.endswith("output_tokens")
+
+
+def test_a_row_states_its_activation_type():
+    """torchao's float8 weight-only row runs FP8 weights on BF16 activations (W8A16): the row
+    says so and memsim's Decode receives it; rows that do not say take the weights' usual one."""
+    from memsim.validate import _decode_fields
+    rows = {r["id"]: r for r in load_measurements(default_folder())}
+    assert _decode_fields(rows["torchao-h100-llama31-8b-float8wo"])["activations"] == "bf16"
+    assert _decode_fields(rows["torchao-h100-llama31-8b-float8dq-tensor"])["activations"] == "auto"
