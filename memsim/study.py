@@ -19,7 +19,8 @@ read from a TOML study file with :func:`load_study`:
     draft = "llama-3.2-1b"
     gamma = [2, 4]
     acceptance = 0.8
-    [[point]]                                # and any single points
+    [[point]]                                # and more tables, each a grid of its own
+                                             # (a list sweeps here as in [grid])
     device = "groq-lpu"
     model = "llama-3-8b"
     tp = 16
