@@ -49,7 +49,8 @@ def test_columns_are_block_bytes_and_the_fewer_of_the_two_limits():
 def test_guide_limits_per_compute_capability():
     for name, threads, blocks in ((A100, 2048, 32), ("validation/devices/rtx-4090.toml", 1536, 24),
                                   ("validation/devices/l40s.toml", 1536, 24),
-                                  ("h100-sxm", 2048, 32)):
+                                  ("h100-sxm", 2048, 32), ("h200", 2048, 32),
+                                  ("b200", 2048, 32), ("gb200", 2048, 32)):
         occupancy = memsim.device(name).occupancy
         assert (occupancy.threads_per_core, occupancy.blocks_per_core) == (threads, blocks)
 
