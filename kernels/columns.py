@@ -1,10 +1,12 @@
-"""A point's columns of a stage's op table, set in one pass over the ops cached for its shape.
+"""A point's columns of a stage's op table, set in one pass over the ops cached for its shape,
+and the bytes its tensor table holds.
 
 The op rows of a stage are lowered once per process for every batch and context
 (``memsim.plan._StageRows``); a point sets the columns that follow its batch, context and
 placement. Done with numpy, that is a dozen masked and fancy-indexed assignments of a few
-microseconds each; one loop here sets the same values. The column numbers come in as an
-argument (``columns``), not as this module's globals: Numba freezes globals into its cache.
+microseconds each; one loop here sets the same values (and one sums a table's bytes). The
+column numbers come in as an argument (``columns``), not as this module's globals: Numba
+freezes globals into its cache.
 """
 
 from __future__ import annotations
@@ -45,3 +47,19 @@ def set_point_columns(op_int: np.ndarray, columns: np.ndarray, decode: np.ndarra
             op_int[op, columns[HOME_HI]] = home_hi[t]
             op_int[op, columns[SPLIT]] = split[t]
             op_int[op, columns[PINNED]] = 1 if pinned[t] else 0
+
+
+@jit
+def held_bytes(tier_bytes: np.ndarray, aliased: np.ndarray,
+               is_weight: np.ndarray) -> np.ndarray:
+    """``[kind, tier]`` the bytes per tier of the weights (kind 0) and of the KV caches (1) of
+    a tensor table (``tier_bytes``: ``[tensor, tier]``), an ``aliased`` tensor not counted.
+    Exact integer sums: their order does not matter."""
+    out = np.zeros((2, tier_bytes.shape[1]), dtype=np.int64)
+    for t in range(tier_bytes.shape[0]):
+        if aliased[t]:
+            continue
+        kind = 0 if is_weight[t] else 1
+        for tier in range(tier_bytes.shape[1]):
+            out[kind, tier] += tier_bytes[t, tier]
+    return out

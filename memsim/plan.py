@@ -59,7 +59,7 @@ from memsim.formats import Format, get_format
 from memsim.handoff import handoff_seconds
 from memsim.kernels import step as k
 from memsim.kernels.bounds import lru_tiles
-from memsim.kernels.columns import set_point_columns
+from memsim.kernels.columns import held_bytes, set_point_columns
 from memsim.limits import check_sizes
 from memsim.layout import (PlacementRule, Shard, balanced_stages, collective_steps,
                            default_homes, parse_placement, policies, shard, spill_tier)
@@ -534,8 +534,8 @@ class TensorTable:
 
     @functools.cached_property
     def is_weight(self) -> np.ndarray:
-        """[tensor] True for a weight, False for a KV cache."""
-        return np.array([s.kind == "weight" for s in self.specs], dtype=bool)[self.spec]
+        """[tensor] True for a weight, False for a KV cache (read-only)."""
+        return _read_only(np.array([s.kind == "weight" for s in self.specs], dtype=bool)[self.spec])
 
     def held(self, weights: bool) -> np.ndarray:
         """Bytes per tier of the weights (else the KV caches), an aliased tensor not counted."""
@@ -550,10 +550,9 @@ class TensorTable:
     def _held_by_kind(self) -> tuple[np.ndarray, np.ndarray]:
         """Bytes per tier of the weights and of the KV caches, an aliased tensor not counted
         (exact integer sums: their sum is every live tensor's)."""
-        live = ~self.aliased
-        weights = live & self.is_weight
-        return (self.tier_bytes[weights].sum(axis=0),
-                self.tier_bytes[live & ~weights].sum(axis=0))
+        weights, kv = held_bytes(np.ascontiguousarray(self.tier_bytes),   # one Numba type
+                                 np.ascontiguousarray(self.aliased), self.is_weight)
+        return weights, kv
 
     def item_bytes(self, items: int) -> list[tuple[int, ...]]:
         """Bytes per tier of each of ``items`` pipeline items, aliasing ignored."""
