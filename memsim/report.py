@@ -600,26 +600,26 @@ def _summarize(counts: StepCounts, tier_names: tuple[str, ...],
 
     # The system's totals are Python integers: one chip's counts fit int64 (limits.check_sizes),
     # but summed over stages and multiplied by the tensor-parallel chips they may not.
-    total = chip.astype(object).sum(axis=0)
-    weight_total = chip_weight.astype(object).sum(axis=0)
+    total = _column_sums(chip)
+    weight_total = _column_sums(chip_weight)
     if peers is None or peer_ops is None or not peer_ops.any():
-        every = total * tp
-        weight_read = weight_total * tp
+        every_list = [value * tp for value in total]
+        weight_read = [value * tp for value in weight_total]
     else:         # the peer ops count the emulated chip once, plus what the peers did
         peer_group = np.where(peer_ops, 0, -1)
-        own, own_weight = (a[0].astype(object) for a in
+        own, own_weight = (a[0].tolist() for a in
                            _totals(counts, peer_group, 1, groups.weight_ops))
-        peer_total, peer_weight = (a[0].astype(object) for a in
+        peer_total, peer_weight = (a[0].tolist() for a in
                                    _totals(peers, np.zeros_like(peer_group), 1,
                                            groups.weight_ops))
-        every = (total - own) * tp + own + peer_total
-        weight_read = (weight_total - own_weight) * tp + own_weight + peer_weight
-    every_list = every.tolist()
+        every_list = [(t - o) * tp + o + p for t, o, p in zip(total, own, peer_total)]
+        weight_read = [(t - o) * tp + o + p
+                       for t, o, p in zip(weight_total, own_weight, peer_weight)]
     read, written = every_list[col.read], every_list[col.written]
     results = every_list[col.results]
-    act_read = int(total[col.act_read]) * tp
-    act_written = int(total[col.act_written]) * tp
-    link = int(total[col.link]) * tp
+    act_read = total[col.act_read] * tp
+    act_written = total[col.act_written] * tp
+    link = total[col.link] * tp
     energy = sum((read[i] + written[i]) * energy_j_per_byte[i]
                  for i in range(len(tier_names)))
     energy += (act_read + act_written) * energy_j_per_byte[0]
@@ -632,7 +632,7 @@ def _summarize(counts: StepCounts, tier_names: tuple[str, ...],
     return StepSummary(
         step=counts.step,
         bytes_read=dict(zip(tier_names, read)), bytes_written=dict(zip(tier_names, written)),
-        weight_bytes_read=per_tier(weight_read),
+        weight_bytes_read=dict(zip(tier_names, weight_read)),
         link_bytes=link,
         chip_bytes_read=chip_read, chip_bytes_written=chip_written,
         chip_weight_bytes_read=tuple(per_tier(c) for c in chip_weight),
@@ -647,6 +647,12 @@ def _summarize(counts: StepCounts, tier_names: tuple[str, ...],
         energy_j=float(energy + static_energy), time_split=time_split,
         static_energy_j=float(static_energy),
     ), bytes_energy
+
+
+def _column_sums(rows: np.ndarray) -> list[int]:
+    """Each column's sum over ``rows`` as a Python integer (exact whatever its size; what an
+    object array's sum gives, without the object array)."""
+    return [sum(column) for column in zip(*rows.tolist())]
 
 
 class StepSummarizer:
