@@ -798,12 +798,40 @@ def _item_specs(model: Model, workload: Decode, sh: Shard, tile_n: int, final_to
 def _with_kv_blocks(items: tuple[_Item, ...], blocks: int, streams: int) -> list[_Item]:
     """``items`` with each layer's KV cache (not a prompt chunk's) of ``blocks`` blocks for
     ``streams`` sequences x KV heads; items of one shape keep sharing their specs."""
-    swapped = {id(specs): tuple(dataclasses.replace(s, rows=blocks, units=blocks,
-                                                     sequences=streams)
-                                 if s.kind == "kv" and not s.chunk else s for s in specs)
-               for specs in {id(item.specs): item.specs for item in items}.values()}
+    groups, group_of = _kv_groups(_Identity(items))
+    swapped = [specs if not kv_at else _with_specs(specs, kv_at, blocks, streams)
+               for specs, kv_at in groups]
     new = tuple.__new__      # _Item's own constructor, without its per-call argument handling
-    return [new(_Item, (swapped[id(item.specs)], item.layer, item.shape)) for item in items]
+    return [item if swapped[g] is item.specs else new(_Item, (swapped[g], item.layer, item.shape))
+            for item, g in zip(items, group_of)]
+
+
+@functools.lru_cache(maxsize=256)
+def _kv_groups(key: _Identity) -> tuple[tuple[tuple[tuple[_Spec, ...], tuple[int, ...]], ...],
+                                        tuple[int, ...]]:
+    """Of the items ``key`` names (a cached :func:`_shaped_items` value): each distinct specs
+    tuple with the positions of its layer KV caches (not a prompt chunk's), and each item's
+    tuple among them."""
+    index: dict[int, int] = {}
+    groups = []
+    for item in key.value:
+        if id(item.specs) not in index:
+            index[id(item.specs)] = len(groups)
+            groups.append((item.specs, tuple(i for i, s in enumerate(item.specs)
+                                             if s.kind == "kv" and not s.chunk)))
+    return tuple(groups), tuple(index[id(item.specs)] for item in key.value)
+
+
+def _with_specs(specs: tuple[_Spec, ...], kv_at: tuple[int, ...], blocks: int,
+                streams: int) -> tuple[_Spec, ...]:
+    """``specs`` with the KV caches at ``kv_at`` of ``blocks`` blocks for ``streams`` streams
+    (each a copy of the frozen spec with those fields: what dataclasses.replace builds)."""
+    out = list(specs)
+    for i in kv_at:
+        spec = object.__new__(_Spec)
+        spec.__dict__.update(specs[i].__dict__, rows=blocks, units=blocks, sequences=streams)
+        out[i] = spec
+    return tuple(out)
 
 
 @functools.lru_cache(maxsize=256)

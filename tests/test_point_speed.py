@@ -41,3 +41,26 @@ def test_a_workers_answer_rebuilds_the_rows_of_a_chunk():
     got = with_inputs(points, evaluate_figures(points))
     assert [row[:4] for row in got] == [row[:4] for row in want]
     assert any(row[3] is not None for row in got) and any(row[3] is None for row in got)
+
+
+@pytest.mark.parametrize("name", ["llama-3.2-1b", "llama-3-70b", "mixtral-8x7b",
+                                  "deepseek-v3-style"])
+def test_items_with_kv_blocks_are_the_specs_replaced(name):
+    """The items of a point equal, spec for spec, its cached items with every layer KV cache
+    (not a prompt chunk's) replaced by dataclasses.replace, whatever was asked before."""
+    import dataclasses
+
+    import memsim
+    from memsim import plan as plan_module
+
+    model = memsim.model(name)
+    sh = plan_module.shard(model, 1, 1)
+    items = plan_module._shaped_items(model, "int8", "bf16", "bf16", 4, 0, sh, 128, None, True)
+    for blocks, streams in ((1, 8), (257, 24), (3, 1)):
+        got = plan_module._with_kv_blocks(items, blocks, streams)
+        want = [plan_module._Item(tuple(
+            dataclasses.replace(s, rows=blocks, units=blocks, sequences=streams)
+            if s.kind == "kv" and not s.chunk else s for s in item.specs), item.layer,
+            item.shape) for item in items]
+        assert got == want
+        assert [hash(item) for item in got] == [hash(item) for item in want]
