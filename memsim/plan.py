@@ -371,6 +371,16 @@ class _Item(NamedTuple):
     shape: int
 
 
+@functools.lru_cache(maxsize=64)
+def _homes(device: _Identity, policy: str) -> tuple[int, int, tuple[int, ...]]:
+    """The policy's home tiers of weights and of KV caches on ``device.value``, as tier
+    indices, and each tier's access granularity (once per device object: a device's tier
+    look-ups walk its tiers by name)."""
+    dev = device.value
+    weights, kv = default_homes(dev, policy)
+    return dev.tier_index(weights), dev.tier_index(kv), tuple(t.granularity for t in dev.tiers)
+
+
 # Weights placed by rows (embedding rows, a norm's one vector) rather than by column tiles.
 _ROW_UNIT_ROLES = ("embedding", "attn_norm", "ffn_norm", "final_norm")
 
@@ -390,9 +400,8 @@ class _Placer:
             probs = probabilities(model, workload.routing, workload.seed)
             # rank 0 is each layer's coldest expert
             self.expert_rank = np.argsort(np.argsort(probs, axis=1, kind="stable"), axis=1)
-        weights, kv = default_homes(device, policy)
-        self.homes = {"weight": device.tier_index(weights), "kv": device.tier_index(kv)}
-        self.granularity = tuple(t.granularity for t in device.tiers)
+        weights, kv, self.granularity = _homes(_Identity(device), policy)
+        self.homes = {"weight": weights, "kv": kv}
 
     def place(self, spec: _Spec) -> tuple[int, ...]:
         """Home, home_hi and split of ``spec``'s tensor, then its bytes on each tier."""
