@@ -139,11 +139,13 @@ S_HEAD = 0          # most recently used run
 S_TAIL = 1          # least recently used run
 S_USED_BITS = 2
 S_CAPACITY_BITS = 3
-S_FREE = 4          # free list of run nodes: freed ones, linked by N_NEXT, then the rows never
-                    # taken (N_NEXT 0), each followed by the next row
+S_FREE = 4          # free list of run nodes freed, linked by N_NEXT (NIL: none)
 S_CURSOR = 5        # where the current op's next lookup starts in its tensor's run list
 S_RUNS = 6          # live runs
 S_TENSORS = 7       # tensors in the plan
+S_UNTAKEN = 8       # the first node row no run has taken yet: the rows from it on are never read
+                    # (so they need no initial value), and a node is taken from them when the free
+                    # list is empty
 T_FIRST = 0         # first run of the tensor, by tile index
 T_LAST = 1
 T_PINNED_LOADED = 2  # 1 once a pinned tensor is on chip (after the step that loaded it)
@@ -172,13 +174,15 @@ NORM_OPS = 4            # vector operations per element of an RMSNorm (square, s
 
 def new_arena(n_tensors: int, max_tiles: int, capacity_bits: int) -> np.ndarray:
     """An empty on-chip tier: room for ``max_tiles + 2`` runs (a run holds at least one tile;
-    :func:`grow_arena` makes room for more). Node rows start zeroed: nothing is written to them
-    until a run takes them (see ``S_FREE``)."""
+    :func:`grow_arena` makes room for more). The node rows are left as allocated: none is read
+    before a run takes it and writes every column (see ``S_UNTAKEN``), so no time goes to
+    zeroing rows a walk may never reach."""
     first_node = 1 + n_tensors
-    arena = np.zeros((first_node + max_tiles + 2, ARENA_COLS), dtype=np.int64)
+    arena = np.empty((first_node + max_tiles + 2, ARENA_COLS), dtype=np.int64)
+    arena[:first_node] = 0
     arena[1:first_node, T_FIRST] = NIL
     arena[1:first_node, T_LAST] = NIL
-    arena[0, :S_TENSORS + 1] = (NIL, NIL, 0, capacity_bits, first_node, NIL, 0, n_tensors)
+    arena[0, :S_UNTAKEN + 1] = (NIL, NIL, 0, capacity_bits, NIL, NIL, 0, n_tensors, first_node)
     return arena
 
 
@@ -189,13 +193,14 @@ def arena_runs(arena: np.ndarray) -> int:
 
 def grow_arena(arena: np.ndarray, runs: int) -> np.ndarray:
     """The same state in an arena with room for ``runs`` run nodes: the live runs keep their
-    rows (node ids), and the new rows, zeroed, follow the ones never taken."""
+    rows (node ids), and the new rows, as allocated, follow the ones never taken."""
     old_rows = arena.shape[0]
     rows = 1 + int(arena[0, S_TENSORS]) + runs
     if rows <= old_rows:
         return arena
-    grown = np.zeros((rows, ARENA_COLS), dtype=np.int64)
-    grown[:old_rows] = arena
+    grown = np.empty((rows, ARENA_COLS), dtype=np.int64)
+    taken = int(arena[0, S_UNTAKEN])
+    grown[:taken] = arena[:taken]
     return grown
 
 
@@ -255,8 +260,11 @@ def _run_bits(x, lo, hi, a):
 @jit_inline
 def _new_run(tensor, lo, hi, bits, head_bits, period, a):
     x = a[0, S_FREE]
-    nxt = a[x, N_NEXT]
-    a[0, S_FREE] = x + 1 if nxt == 0 else nxt
+    if x == NIL:
+        x = a[0, S_UNTAKEN]
+        a[0, S_UNTAKEN] = x + 1
+    else:
+        a[0, S_FREE] = a[x, N_NEXT]
     a[x, N_TENSOR] = tensor
     a[x, N_LO] = lo
     a[x, N_HI] = hi

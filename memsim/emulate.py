@@ -157,12 +157,18 @@ def host_time_per_step(stack: Runtime, stages: int = 1) -> float:
 def workload_fields(workload: Decode) -> dict[str, Any]:
     """``workload.to_dict()``, worked out once per workload (a frozen value) and copied for
     each report, so that no two reports share a mutable dict or list."""
-    return _copied(_fields_of(workload))
+    fields, nested = _fields_of(workload)
+    out = dict(fields)
+    for key in nested:
+        out[key] = _copied(out[key])
+    return out
 
 
 @functools.lru_cache(maxsize=256)
-def _fields_of(workload: Decode) -> dict[str, Any]:
-    return workload.to_dict()
+def _fields_of(workload: Decode) -> tuple[dict[str, Any], tuple[str, ...]]:
+    """The fields, and the keys whose values are dicts or lists (what a copy copies)."""
+    fields = workload.to_dict()
+    return fields, tuple(key for key, value in fields.items() if isinstance(value, (dict, list)))
 
 
 def _copied(value: Any) -> Any:
@@ -231,15 +237,16 @@ def run_system(system: SystemPlan) -> Report:
     return run.report()
 
 
-def link_energy_per_op(system: SystemPlan) -> float | np.ndarray:
+def link_energy_per_op(system: SystemPlan, may_cross: bool | None = None) -> float | np.ndarray:
     """Energy per byte of the link each op's link bytes cross, J/B: a collective or all-to-all
     of a group larger than one link domain, and a hand-off between stages in different domains,
     cross the scale-out network (``scale_out.energy``); the rest the domain's ``link.energy``.
-    One figure when every op's is the same."""
+    One figure when every op's is the same. ``may_cross``: whether any op is of a kind that
+    may cross it (:attr:`OpFrame.may_cross`; worked out here when None)."""
     dev = system.device
     link_j_per_byte = dev.link.energy_j_per_byte if dev.link else 0.0
-    if dev.link is None or dev.scale_out is None or not any(
-            map(_may_cross, system.stages)):
+    if dev.link is None or dev.scale_out is None or not (
+            any(map(_may_cross, system.stages)) if may_cross is None else may_cross):
         return float(link_j_per_byte)           # no op's bytes may cross the scale-out network
     out = []
     for plan in system.stages:
@@ -271,7 +278,9 @@ def _may_cross(plan: Plan) -> bool:
 class OpFrame:
     """What a run needs of a system's ops that neither a step nor the batch and context change:
     each op's stage, microbatch, kind and layer, which ops read weights or are looked up by the
-    peer chips, the summaries' :class:`OpGroups` and the report's per-op tuples. Shared by the
+    peer chips, whether any op's link bytes may cross the scale-out network
+    (:func:`link_energy_per_op`), the summaries' :class:`OpGroups` and the report's per-op
+    tuples. Shared by the
     runs of a process: its arrays are read-only but for ``op_stage`` and ``weight_ops``, which
     the summaries' Numba pass takes (a read-only array is another Numba type)."""
 
@@ -286,6 +295,7 @@ class OpFrame:
     op_layers: tuple[int, ...]
     op_stages: tuple[int, ...]
     op_microbatches: tuple[int, ...]
+    may_cross: bool
 
     @classmethod
     def of(cls, system: SystemPlan) -> OpFrame:
@@ -301,7 +311,8 @@ class OpFrame:
         return cls(op_stage, op_micro, kind, layer, weight_ops, peer_ops,
                    OpGroups(len(stages[0].tier_names), op_stage, op_micro, weight_ops, kind),
                    tuple(chain.from_iterable(p.op_names for p in stages)),
-                   tuple(layer.tolist()), tuple(op_stage.tolist()), tuple(op_micro.tolist()))
+                   tuple(layer.tolist()), tuple(op_stage.tolist()), tuple(op_micro.tolist()),
+                   any(map(_may_cross, stages)))
 
 
 def op_frame(system: SystemPlan) -> OpFrame:
@@ -350,7 +361,7 @@ class SystemRun:
         self.residencies = residencies or [Residency(plan) for plan in stages]
         self.ops = op_frame(system)
         self.energy = tuple(float(e) for e in stages[0].tier_energy_j_per_byte)
-        self.link_energy = link_energy_per_op(system)
+        self.link_energy = link_energy_per_op(system, self.ops.may_cross)
         self.host_s = host_time_per_step(stages[0].runtime,
                                          1 if system.parallel_stages else len(stages))
         self.static_power_w = (system.device.idle_power_w or 0.0) * system.chips

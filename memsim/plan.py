@@ -29,8 +29,9 @@ tensors' formats, per microbatch) has its tensor specs built and is lowered op r
 and every other layer of that shape shares its specs (``_Item``) and is a numpy copy of its rows
 with the REPLICATED_COLUMNS changed. The tensors are placed as a :class:`TensorTable` (one row per
 tensor, placed once per spec unless a rule depends on the layer); the placement columns
-(TENSOR_COLUMNS) of every op row are read off it as one array, and :attr:`Plan.tensors` builds
-the :class:`Tensor` objects only when asked.
+(TENSOR_COLUMNS) of every op row are read off it in one pass with the batch and context's
+(:func:`memsim.kernels.columns.set_point_columns`), and :attr:`Plan.tensors` builds the
+:class:`Tensor` objects only when asked.
 
 A process keeps, per stage, what does not depend on the batch and context (keyed by the device,
 the model, every other workload field, the policy, the shard and the stage; bounded LRU caches of
@@ -58,6 +59,7 @@ from memsim.formats import Format, get_format
 from memsim.handoff import handoff_seconds
 from memsim.kernels import step as k
 from memsim.kernels.bounds import lru_tiles
+from memsim.kernels.columns import held_bytes, set_point_columns
 from memsim.limits import check_sizes
 from memsim.layout import (PlacementRule, Shard, balanced_stages, collective_steps,
                            default_homes, parse_placement, policies, shard, spill_tier)
@@ -369,6 +371,16 @@ class _Item(NamedTuple):
     shape: int
 
 
+@functools.lru_cache(maxsize=64)
+def _homes(device: _Identity, policy: str) -> tuple[int, int, tuple[int, ...]]:
+    """The policy's home tiers of weights and of KV caches on ``device.value``, as tier
+    indices, and each tier's access granularity (once per device object: a device's tier
+    look-ups walk its tiers by name)."""
+    dev = device.value
+    weights, kv = default_homes(dev, policy)
+    return dev.tier_index(weights), dev.tier_index(kv), tuple(t.granularity for t in dev.tiers)
+
+
 # Weights placed by rows (embedding rows, a norm's one vector) rather than by column tiles.
 _ROW_UNIT_ROLES = ("embedding", "attn_norm", "ffn_norm", "final_norm")
 
@@ -388,9 +400,8 @@ class _Placer:
             probs = probabilities(model, workload.routing, workload.seed)
             # rank 0 is each layer's coldest expert
             self.expert_rank = np.argsort(np.argsort(probs, axis=1, kind="stable"), axis=1)
-        weights, kv = default_homes(device, policy)
-        self.homes = {"weight": device.tier_index(weights), "kv": device.tier_index(kv)}
-        self.granularity = tuple(t.granularity for t in device.tiers)
+        weights, kv, self.granularity = _homes(_Identity(device), policy)
+        self.homes = {"weight": weights, "kv": kv}
 
     def place(self, spec: _Spec) -> tuple[int, ...]:
         """Home, home_hi and split of ``spec``'s tensor, then its bytes on each tier."""
@@ -416,12 +427,12 @@ class _Placer:
         ``layer``, with one :meth:`place` per tensor for the specs a layer-dependent rule may
         match."""
         out = per_spec[spec]
-        if not self.rules:          # the policy's homes alone: every layer's tensor alike
-            return out[:, 0], out[:, 1], out[:, 2], out[:, 3:]
-        by_layer = np.array([self._layer_dependent(s) for s in specs], dtype=bool)
-        for t in np.flatnonzero(by_layer[spec]).tolist():
-            out[t] = self.place(specs[spec[t]].in_layer(int(layer[t])))
-        return out[:, 0], out[:, 1], out[:, 2], out[:, 3:]
+        if self.rules:
+            by_layer = np.array([self._layer_dependent(s) for s in specs], dtype=bool)
+            for t in np.flatnonzero(by_layer[spec]).tolist():
+                out[t] = self.place(specs[spec[t]].in_layer(int(layer[t])))
+        home, home_hi, split = np.ascontiguousarray(out[:, :3].T)   # one Numba array type
+        return home, home_hi, split, out[:, 3:]
 
     def _layer_dependent(self, spec: _Spec) -> bool:
         """True when a rule may place ``spec``'s tensor differently in another layer."""
@@ -532,17 +543,25 @@ class TensorTable:
 
     @functools.cached_property
     def is_weight(self) -> np.ndarray:
-        """[tensor] True for a weight, False for a KV cache."""
-        return np.array([s.kind == "weight" for s in self.specs], dtype=bool)[self.spec]
+        """[tensor] True for a weight, False for a KV cache (read-only)."""
+        return _read_only(np.array([s.kind == "weight" for s in self.specs], dtype=bool)[self.spec])
 
     def held(self, weights: bool) -> np.ndarray:
         """Bytes per tier of the weights (else the KV caches), an aliased tensor not counted."""
-        live = ~self.aliased & (self.is_weight == weights)
-        return self.tier_bytes[live].sum(axis=0)
+        return self._held_by_kind[0 if weights else 1].copy()
 
     def need(self) -> dict[int, int]:
         """Bytes each tier stores, an aliased tensor not counted."""
-        return {tier: int(b) for tier, b in enumerate(self.tier_bytes[~self.aliased].sum(axis=0))}
+        weights, kv = self._held_by_kind
+        return dict(enumerate((weights + kv).tolist()))
+
+    @functools.cached_property
+    def _held_by_kind(self) -> tuple[np.ndarray, np.ndarray]:
+        """Bytes per tier of the weights and of the KV caches, an aliased tensor not counted
+        (exact integer sums: their sum is every live tensor's)."""
+        weights, kv = held_bytes(np.ascontiguousarray(self.tier_bytes),   # one Numba type
+                                 np.ascontiguousarray(self.aliased), self.is_weight)
+        return weights, kv
 
     def item_bytes(self, items: int) -> list[tuple[int, ...]]:
         """Bytes per tier of each of ``items`` pipeline items, aliasing ignored."""
@@ -605,9 +624,11 @@ def _share_next_layer(table: TensorTable, next_layer: np.ndarray) -> None:
 
 def place_items(placer: _Placer, items: Sequence[_Item], kv_heads: int,
                 microbatch: int | None = None, microbatches: int = 1,
-                shape_key: tuple | None = None, shape_hash: int | None = None) -> TensorTable:
+                shape_key: tuple | None = None, shape_hash: int | None = None,
+                tied: bool = False) -> TensorTable:
     """Place the tensors of ``items``: every weight once, in item order, then each microbatch's
-    KV caches (``microbatch`` sequences each, a prompt chunk's one; as the specs say when None).
+    KV caches (``microbatch`` sequences each, a prompt chunk's one; as the specs say when None);
+    with ``tied``, a tied LM head stored as its embedding's table (:func:`_alias_head`).
 
     A tensor's placement is computed once per spec unless a placement rule names a layer range
     or experts, which place each layer's tensor on its own. ``shape_key`` names everything the
@@ -617,11 +638,11 @@ def place_items(placer: _Placer, items: Sequence[_Item], kv_heads: int,
     (:class:`_TableFrame`) and only the KV caches are placed here."""
     if shape_key is None or placer.rules:
         return _TableFrame.of(placer, items, kv_heads, microbatch, microbatches).table(
-            placer, items, kv_heads, microbatch)
+            placer, items, kv_heads, microbatch, tied)
     key = _Keyed(shape_key, kv_heads, microbatches, microbatch is None,
                  shape_hash=shape_hash)
     key.build = lambda: _TableFrame.of(placer, items, kv_heads, microbatch, microbatches)
-    return _table_frame(key).table(placer, items, kv_heads, microbatch)
+    return _table_frame(key).table(placer, items, kv_heads, microbatch, tied)
 
 
 @dataclass(frozen=True)
@@ -681,9 +702,9 @@ class _TableFrame:
                    _read_only(layer), _read_only(item), _read_only(block_start))
 
     def table(self, placer: _Placer, items: Sequence[_Item], kv_heads: int,
-              microbatch: int | None) -> TensorTable:
+              microbatch: int | None, tied: bool = False) -> TensorTable:
         """The placed table of ``items`` (this frame's, with their KV caches' blocks and
-        sequences)."""
+        sequences); with ``tied``, its LM head aliased to its embedding (:func:`_alias_head`)."""
         specs = list(self.specs)
         per_spec = self.per_spec.copy()
         for at, f, n, micro in self.kv_source:
@@ -692,10 +713,14 @@ class _TableFrame:
         home, home_hi, split, tier_bytes = placer.place_placed(specs, per_spec, self.spec,
                                                                self.layer)
         n = len(self.spec)
+        aliased = np.zeros(n, dtype=bool)
+        if tied and self.tied_head is not None:     # the columns are this table's own
+            _alias_head(self.tied_head, placer.tile_n, home, home_hi, split, tier_bytes, aliased)
         table = TensorTable(tuple(specs), self.spec, self.layer, self.item, home, home_hi,
-                            split, np.zeros(n, dtype=bool), np.zeros(n, dtype=bool), tier_bytes,
+                            split, np.zeros(n, dtype=bool), aliased, tier_bytes,
                             self.block_start)
         _share_next_layer(table, self.next_layer.copy())   # the kernels take writable arrays
+        table.__dict__["is_weight"] = self.is_weight        # what TensorTable.is_weight gives
         return table
 
     @functools.cached_property
@@ -703,26 +728,36 @@ class _TableFrame:
         """:attr:`TensorTable.next_layer` of every table of this frame (read-only)."""
         return _read_only(_next_layer(self.spec, self.layer, self.block_start))
 
+    @functools.cached_property
+    def is_weight(self) -> np.ndarray:
+        """:attr:`TensorTable.is_weight` of every table of this frame (read-only: a KV spec
+        set for a batch and context stays a KV spec)."""
+        return _read_only(np.array([s.kind == "weight" for s in self.specs], dtype=bool)[self.spec])
+
+    @functools.cached_property
+    def tied_head(self) -> tuple[int, int] | None:
+        """Ids of the first embedding and the first LM head tensor, None without both."""
+        roles = np.array([s.role for s in self.specs])[self.spec]
+        embedding = np.flatnonzero(roles == "embedding")
+        head = np.flatnonzero(roles == "lm_head")
+        if not len(embedding) or not len(head):
+            return None
+        return int(embedding[0]), int(head[0])
+
 
 @functools.lru_cache(maxsize=128)
 def _table_frame(key: "_Keyed") -> _TableFrame:
     return key.built()
 
 
-def _alias_head(table: TensorTable, tile_n: int) -> TensorTable:
-    """A tied LM head stored as its embedding's table: the same tiers and bytes, split in
-    whole column tiles, and not counted twice (``aliased``)."""
-    embedding = np.flatnonzero(table.has_role("embedding"))
-    head = np.flatnonzero(table.has_role("lm_head"))
-    if not len(embedding) or not len(head):
-        return table
-    e, h = embedding[0], head[0]
-    home, home_hi, split = table.home.copy(), table.home_hi.copy(), table.split.copy()
-    tier_bytes, aliased = table.tier_bytes.copy(), table.aliased.copy()
+def _alias_head(pair: tuple[int, int], tile_n: int, home: np.ndarray, home_hi: np.ndarray,
+                split: np.ndarray, tier_bytes: np.ndarray, aliased: np.ndarray) -> None:
+    """A tied LM head stored as its embedding's table (``pair``: their tensor ids), in a table's
+    columns: the same tiers and bytes, split in whole column tiles, and not counted twice
+    (``aliased``)."""
+    e, h = pair
     home[h], home_hi[h], split[h] = home[e], home_hi[e], split[e] // tile_n
     tier_bytes[h], aliased[h] = tier_bytes[e], True
-    return dataclasses.replace(table, home=home, home_hi=home_hi, split=split,
-                               tier_bytes=tier_bytes, aliased=aliased)
 
 
 def _kv_spec(spec: _Spec, micro: int, kv_heads: int, microbatch: int | None) -> _Spec:
@@ -772,12 +807,40 @@ def _item_specs(model: Model, workload: Decode, sh: Shard, tile_n: int, final_to
 def _with_kv_blocks(items: tuple[_Item, ...], blocks: int, streams: int) -> list[_Item]:
     """``items`` with each layer's KV cache (not a prompt chunk's) of ``blocks`` blocks for
     ``streams`` sequences x KV heads; items of one shape keep sharing their specs."""
-    swapped = {id(specs): tuple(dataclasses.replace(s, rows=blocks, units=blocks,
-                                                     sequences=streams)
-                                 if s.kind == "kv" and not s.chunk else s for s in specs)
-               for specs in {id(item.specs): item.specs for item in items}.values()}
+    groups, group_of = _kv_groups(_Identity(items))
+    swapped = [specs if not kv_at else _with_specs(specs, kv_at, blocks, streams)
+               for specs, kv_at in groups]
     new = tuple.__new__      # _Item's own constructor, without its per-call argument handling
-    return [new(_Item, (swapped[id(item.specs)], item.layer, item.shape)) for item in items]
+    return [item if swapped[g] is item.specs else new(_Item, (swapped[g], item.layer, item.shape))
+            for item, g in zip(items, group_of)]
+
+
+@functools.lru_cache(maxsize=256)
+def _kv_groups(key: _Identity) -> tuple[tuple[tuple[tuple[_Spec, ...], tuple[int, ...]], ...],
+                                        tuple[int, ...]]:
+    """Of the items ``key`` names (a cached :func:`_shaped_items` value): each distinct specs
+    tuple with the positions of its layer KV caches (not a prompt chunk's), and each item's
+    tuple among them."""
+    index: dict[int, int] = {}
+    groups = []
+    for item in key.value:
+        if id(item.specs) not in index:
+            index[id(item.specs)] = len(groups)
+            groups.append((item.specs, tuple(i for i, s in enumerate(item.specs)
+                                             if s.kind == "kv" and not s.chunk)))
+    return tuple(groups), tuple(index[id(item.specs)] for item in key.value)
+
+
+def _with_specs(specs: tuple[_Spec, ...], kv_at: tuple[int, ...], blocks: int,
+                streams: int) -> tuple[_Spec, ...]:
+    """``specs`` with the KV caches at ``kv_at`` of ``blocks`` blocks for ``streams`` streams
+    (each a copy of the frozen spec with those fields: what dataclasses.replace builds)."""
+    out = list(specs)
+    for i in kv_at:
+        spec = object.__new__(_Spec)
+        spec.__dict__.update(specs[i].__dict__, rows=blocks, units=blocks, sequences=streams)
+        out[i] = spec
+    return tuple(out)
 
 
 @functools.lru_cache(maxsize=256)
@@ -1207,11 +1270,9 @@ def _plan_stage(device: Device, model: Model, workload: Decode, policy: str, sh:
     # The stage's tensors: its weights once, each microbatch's KV cache of its layers.
     shape_key = (device, model, _shape_fields(workload), policy, sh, first_item, len(items),
                  stage, stages, expert_chip, replicate)
-    shape_hash = hash(shape_key)
+    shape_hash = hash((_hash_of(_Identity(device)),) + shape_key[1:])
     table = placed = place_items(placer, items, sh.kv_heads, mb, workload.microbatches,
-                                 shape_key, shape_hash)
-    if model.tied_embeddings:
-        table = _alias_head(table, tile_n)
+                                 shape_key, shape_hash, tied=model.tied_embeddings)
     spilled: tuple[str, ...] = ()
     if policy == "tiered":
         spilled_tensors, spilled = _spill(device, list(table.tensors()))
@@ -1221,14 +1282,11 @@ def _plan_stage(device: Device, model: Model, workload: Decode, policy: str, sh:
     head_rows = (mb if workload.prefill
                  else mb * workload.new_tokens + 1 if workload.prefill_chunk else 0)
     key = _Keyed(shape_key, len(table), shape_hash=shape_hash)
+    lowered_table = table       # read for its ids, names and formats (see _lower_stage)
     key.build = lambda: _lower_stage(device, model, workload, sh, items, first_item, stage,
-                                     stages, table, expert_chip, token_base, step_tokens,
-                                     replicate)
+                                     stages, lowered_table, expert_chip, token_base,
+                                     step_tokens, replicate)
     lowered = _stage_rows(key)
-    op_int, op_float = lowered.with_batch(
-        device, stack, sh.tp, stage, stages, mb=mb, m_rows=m_rows, head_rows=head_rows,
-        context=workload.context, max_blocks=-(-final_tokens // workload.kv_block),
-        step_tokens=step_tokens or workload.step_tokens, token_base=token_base)
 
     residency = workload.residency
     if residency == "auto":
@@ -1238,7 +1296,10 @@ def _plan_stage(device: Device, model: Model, workload: Decode, policy: str, sh:
             getattr(table, name) is getattr(placed, name) for name in ("spec", "layer",
                                                                        "block_start")):
         _share_next_layer(table, placed.next_layer)
-    _set_tensor_columns(op_int, table.placed())
+    op_int, op_float = lowered.with_batch(
+        device, stack, sh.tp, stage, stages, mb=mb, m_rows=m_rows, head_rows=head_rows,
+        context=workload.context, max_blocks=-(-final_tokens // workload.kv_block),
+        step_tokens=step_tokens or workload.step_tokens, token_base=token_base, table=table)
     on_chip_resident = need.get(0, 0)
     lru_capacity_bits = max(0, 8 * (tiers[0].capacity - on_chip_resident) - pinned_bits)
     return Plan(
@@ -1582,7 +1643,6 @@ def _lower_stage(device: Device, model: Model, workload: Decode, sh: Shard,
 # shape key, so a copy never changes it.
 REPLICATED_COLUMNS = (k.C_LAYER, k.C_TENSOR, k.C_ROUTE)
 TENSOR_COLUMNS = (k.C_HOME, k.C_HOME_HI, k.C_SPLIT, k.C_PINNED)   # read off the op's tensor
-_TENSOR_COLUMN_IDS = np.array(TENSOR_COLUMNS, dtype=np.int64)
 
 
 @dataclass(frozen=True)
@@ -1672,7 +1732,8 @@ class _StageRows:
     arrays) for every batch and context of the same device, model, formats, parallelism,
     placement and runtime: :meth:`with_batch` rewrites what depends on them, the columns
     C_BATCH, C_CONTEXT and C_KV_MAX_BLOCKS (but a prompt chunk's own), C_M (by its role),
-    C_STEP_TOKENS and C_TOKEN_BASE, and the collectives' and hand-offs' link times."""
+    C_STEP_TOKENS and C_TOKEN_BASE, and the collectives' and hand-offs' link times; and sets
+    the TENSOR_COLUMNS of the point's placed tensors."""
 
     op_int: np.ndarray
     op_float: np.ndarray
@@ -1701,17 +1762,15 @@ class _StageRows:
 
     def with_batch(self, device: Device, stack: Runtime, tp: int, stage: int, stages: int, *,
                    mb: int, m_rows: int, head_rows: int, context: int, max_blocks: int,
-                   step_tokens: int, token_base: int) -> tuple[np.ndarray, np.ndarray]:
+                   step_tokens: int, token_base: int,
+                   table: TensorTable) -> tuple[np.ndarray, np.ndarray]:
         """New op_int and op_float tables for this batch and context (what _lower_stage would
-        build for them)."""
+        build for them), with the TENSOR_COLUMNS of ``table``'s placed tensors."""
         op_int = self.op_int.copy()
-        decode = self.decode
-        op_int[decode, k.C_BATCH] = mb
-        op_int[decode, k.C_CONTEXT] = context
-        op_int[decode, k.C_KV_MAX_BLOCKS] = max_blocks
-        op_int[:, k.C_M] = np.array((0, m_rows, head_rows, mb), dtype=np.int64)[self.m_role]
-        op_int[:, k.C_STEP_TOKENS] = step_tokens
-        op_int[:, k.C_TOKEN_BASE] = token_base + self.op_micro * m_rows
+        set_point_columns(op_int, _POINT_COLUMNS, self.decode, self.m_role, self.op_micro,
+                          np.array((0, m_rows, head_rows, mb), dtype=np.int64), mb, context,
+                          max_blocks, step_tokens, token_base, m_rows, table.home,
+                          table.home_hi, table.split, table.pinned)
         if not len(self.collectives) and not len(self.sends):
             return op_int, self.op_float.copy()
         op_float = self.op_float.copy()
@@ -1757,6 +1816,29 @@ def _stage_rows(key: _Keyed) -> _StageRows:
     return key.built()
 
 
+class _Identity:
+    """A cache key equal only to a key of the very same object (the cache keeps it alive, so
+    its id is not reused while the entry lasts)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: object) -> None:
+        self.value = value
+
+    def __hash__(self) -> int:
+        return id(self.value)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Identity) and other.value is self.value
+
+
+@functools.lru_cache(maxsize=64)
+def _hash_of(key: _Identity) -> int:
+    """``hash(key.value)``, worked out once per object: a device's hash walks all its fields
+    (~6 us), and equal objects hash alike, so a key hashed through it stays consistent."""
+    return hash(key.value)
+
+
 _BATCH_FIELDS = ("batch", "context")
 
 
@@ -1771,13 +1853,10 @@ def _shape_fields(workload: Decode) -> tuple:
                                       for name in _other_fields(type(workload))])
 
 
-def _set_tensor_columns(op_int: np.ndarray, placed: np.ndarray) -> None:
-    """Fill TENSOR_COLUMNS of every op that reads a tensor from ``placed`` ([tensor, column]:
-    the placed tensors' home, home_hi, split and pinned flag)."""
-    tensor = op_int[:, k.C_TENSOR]
-    rows = np.flatnonzero(tensor >= 0)
-    if len(rows):
-        op_int[rows[:, None], _TENSOR_COLUMN_IDS] = placed[tensor[rows]]
+# The op-table columns memsim.kernels.columns.set_point_columns sets, in its order.
+_POINT_COLUMNS = np.array([k.C_BATCH, k.C_CONTEXT, k.C_KV_MAX_BLOCKS, k.C_M, k.C_STEP_TOKENS,
+                           k.C_TOKEN_BASE, k.C_TENSOR, k.C_HOME, k.C_HOME_HI, k.C_SPLIT,
+                           k.C_PINNED], dtype=np.int64)
 
 
 def _need(tensors: list[Tensor]) -> dict[int, int]:
@@ -1891,7 +1970,7 @@ def _max_lru_entries(op_int: np.ndarray, capacity_bits: int, workload: Decode,
                      tiers: tuple) -> int:
     """An upper bound on tiles the LRU can hold at once: the distinct tiles of the ops' tensors
     that are neither on chip nor pinned, and at most the on-chip capacity over the smallest
-    (``op_int``: with its TENSOR_COLUMNS set, :func:`_set_tensor_columns`;
+    (``op_int``: with its TENSOR_COLUMNS set, :meth:`_StageRows.with_batch`;
     :func:`memsim.kernels.bounds.lru_tiles`)."""
     if capacity_bits == 0:
         return 1

@@ -516,6 +516,10 @@ class OpGroups:
         self.every_op = np.ones(len(op_stage), dtype=bool)
         self.spent_on = (None if op_kind is None
                          else [_SPENT_ON[op_kind] == i for i in range(len(_SPENT_ON_NAMES))])
+        # the same ops as indices, in rising order: the elements (and so the sums) the masks
+        # take, for a step whose critical path is every op
+        self.spent_on_ops = (None if self.spent_on is None
+                             else [np.flatnonzero(ops) for ops in self.spent_on])
 
 
 def summarize(counts: StepCounts, tier_names: tuple[str, ...], energy_j_per_byte: tuple[float, ...],
@@ -596,30 +600,31 @@ def _summarize(counts: StepCounts, tier_names: tuple[str, ...],
                  else counts.times[critical]).sum(axis=0)
     labels = _bound_labels(tier_names)
     time_split = _time_split(counts.times, critical, groups.spent_on, step_time, host_s,
-                             float(work[0]) if len(work) == 1 else float(work.mean()))
+                             float(work[0]) if len(work) == 1 else float(work.mean()),
+                             groups.spent_on_ops if critical is groups.every_op else None)
 
     # The system's totals are Python integers: one chip's counts fit int64 (limits.check_sizes),
     # but summed over stages and multiplied by the tensor-parallel chips they may not.
-    total = chip.astype(object).sum(axis=0)
-    weight_total = chip_weight.astype(object).sum(axis=0)
+    total = _column_sums(chip)
+    weight_total = _column_sums(chip_weight)
     if peers is None or peer_ops is None or not peer_ops.any():
-        every = total * tp
-        weight_read = weight_total * tp
+        every_list = [value * tp for value in total]
+        weight_read = [value * tp for value in weight_total]
     else:         # the peer ops count the emulated chip once, plus what the peers did
         peer_group = np.where(peer_ops, 0, -1)
-        own, own_weight = (a[0].astype(object) for a in
+        own, own_weight = (a[0].tolist() for a in
                            _totals(counts, peer_group, 1, groups.weight_ops))
-        peer_total, peer_weight = (a[0].astype(object) for a in
+        peer_total, peer_weight = (a[0].tolist() for a in
                                    _totals(peers, np.zeros_like(peer_group), 1,
                                            groups.weight_ops))
-        every = (total - own) * tp + own + peer_total
-        weight_read = (weight_total - own_weight) * tp + own_weight + peer_weight
-    every_list = every.tolist()
+        every_list = [(t - o) * tp + o + p for t, o, p in zip(total, own, peer_total)]
+        weight_read = [(t - o) * tp + o + p
+                       for t, o, p in zip(weight_total, own_weight, peer_weight)]
     read, written = every_list[col.read], every_list[col.written]
     results = every_list[col.results]
-    act_read = int(total[col.act_read]) * tp
-    act_written = int(total[col.act_written]) * tp
-    link = int(total[col.link]) * tp
+    act_read = total[col.act_read] * tp
+    act_written = total[col.act_written] * tp
+    link = total[col.link] * tp
     energy = sum((read[i] + written[i]) * energy_j_per_byte[i]
                  for i in range(len(tier_names)))
     energy += (act_read + act_written) * energy_j_per_byte[0]
@@ -632,7 +637,7 @@ def _summarize(counts: StepCounts, tier_names: tuple[str, ...],
     return StepSummary(
         step=counts.step,
         bytes_read=dict(zip(tier_names, read)), bytes_written=dict(zip(tier_names, written)),
-        weight_bytes_read=per_tier(weight_read),
+        weight_bytes_read=dict(zip(tier_names, weight_read)),
         link_bytes=link,
         chip_bytes_read=chip_read, chip_bytes_written=chip_written,
         chip_weight_bytes_read=tuple(per_tier(c) for c in chip_weight),
@@ -647,6 +652,12 @@ def _summarize(counts: StepCounts, tier_names: tuple[str, ...],
         energy_j=float(energy + static_energy), time_split=time_split,
         static_energy_j=float(static_energy),
     ), bytes_energy
+
+
+def _column_sums(rows: np.ndarray) -> list[int]:
+    """Each column's sum over ``rows`` as a Python integer (exact whatever its size; what an
+    object array's sum gives, without the object array)."""
+    return [sum(column) for column in zip(*rows.tolist())]
 
 
 class StepSummarizer:
@@ -718,19 +729,26 @@ _OPERATION_RESULTS = slice(k.R_FLOPS, k.R_VECTOR_OPS + 1)
 
 
 def _time_split(times: np.ndarray, critical: np.ndarray, spent_on: list[np.ndarray] | None,
-                step_time: float, host_s: float, mean_work_s: float) -> dict[str, float]:
+                step_time: float, host_s: float, mean_work_s: float,
+                spent_on_ops: list[np.ndarray] | None = None) -> dict[str, float]:
     """What the critical path's time went to (see :class:`StepSummary`); ``spent_on`` marks
-    the ops of each of _SPENT_ON_NAMES (None: every op's time is on weights)."""
-    every = bool(critical.all())       # one chip's ops, in order: no mask to take
-    launch = (times[:, -1] if every else times[critical, -1]).sum()
-    work = times[:, :-1].sum(axis=1)
+    the ops of each of _SPENT_ON_NAMES (None: every op's time is on weights), and
+    ``spent_on_ops`` lists them (given when ``critical`` is every op: the same elements in
+    the same order, so the same sums)."""
+    every = spent_on_ops is not None or bool(critical.all())   # one chip's ops, in order
+    launch = np.add.reduce(times[:, -1] if every else times[critical, -1])
+    work = np.add.reduce(times[:, :-1], axis=1)
     split = {"weights": 0.0, "kv": 0.0, "collectives": 0.0, "launch": float(launch),
              "host": host_s, "pipeline_idle": max(0.0, step_time - host_s - mean_work_s)}
     if spent_on is None:
-        split["weights"] = float((work if every else work[critical]).sum())
+        split["weights"] = float(np.add.reduce(work if every else work[critical]))
+        return split
+    if spent_on_ops is not None:
+        for name, ops in zip(_SPENT_ON_NAMES, spent_on_ops):
+            split[name] = float(np.add.reduce(work[ops]))
         return split
     for name, ops in zip(_SPENT_ON_NAMES, spent_on):
-        split[name] = float(work[ops if every else critical & ops].sum())
+        split[name] = float(np.add.reduce(work[ops if every else critical & ops]))
     return split
 
 

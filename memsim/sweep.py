@@ -12,7 +12,9 @@ with the process that started them, and Ctrl-C stops the sweep with every finish
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
+import gc
 import math
 import multiprocessing
 import os
@@ -35,7 +37,9 @@ from memsim.speculative import speculative
 from memsim.store import Store, write_rows
 from memsim.study import Point, Study, grid, unique_points
 
-CHUNK_POINTS = 8
+CHUNK_POINTS = 8               # the fewest points of a chunk ...
+MAX_CHUNK_POINTS = 32          # ... and the most, when a study has many points per worker
+CHUNKS_PER_WORKER = 16         # enough chunks that the last ones balance the workers' loads
 PR_SET_PDEATHSIG = 1            # prctl(2) option: a signal for the child when its parent dies
 PARENT_POLL_S = 1.0
 DASK_CONNECT_TIMEOUT = "10s"
@@ -160,6 +164,24 @@ def evaluate_chunk(points: Sequence[Point]) -> list[tuple]:
     return [evaluate(point) for point in points]
 
 
+def evaluate_figures(points: Sequence[Point]) -> list[tuple]:
+    """:func:`evaluate_chunk` without each row's key and inputs, which the process that sent
+    the points holds (:func:`with_inputs`): a worker's answer, a quarter of it not pickled."""
+    return [evaluate(point)[2:] for point in points]
+
+
+def with_inputs(points: Sequence[Point], figures: Sequence[tuple]) -> list[tuple]:
+    """The rows of :func:`evaluate_chunk` from :func:`evaluate_figures`' answer for ``points``."""
+    return [(point.key, point.inputs(), *rest) for point, rest in zip(points, figures)]
+
+
+def chunk_size(points: int, jobs: int) -> int:
+    """Points per chunk: :data:`CHUNKS_PER_WORKER` chunks per worker, of at least
+    :data:`CHUNK_POINTS` and at most :data:`MAX_CHUNK_POINTS` points (at a millisecond a point
+    each chunk's round trip to its worker shows, and the last chunks must still balance)."""
+    return max(CHUNK_POINTS, min(MAX_CHUNK_POINTS, points // (CHUNKS_PER_WORKER * jobs)))
+
+
 def chunks(points: Sequence[Point], size: int = CHUNK_POINTS) -> list[list[Point]]:
     """Points grouped by model and device, cut into chunks of at most ``size``."""
     ordered = sorted(points, key=lambda p: (p.shape_key(), p.key))
@@ -224,7 +246,7 @@ def sweep(study: Study | Sequence[Point] | Mapping[str, Any],
             errors.extend(row[3] for row in rows if row[3] is not None)
             bar.advance(len(rows))
 
-        work = chunks(todo)
+        work = chunks(todo, chunk_size(len(todo), jobs))
         try:
             if scheduler is not None:
                 _run_dask(work, scheduler, jobs, record)
@@ -287,10 +309,11 @@ def _run_pool(pool: ProcessPoolExecutor, work: list[list[Point]],
     before = set(multiprocessing.active_children())
     lost: list[Point] = []
     try:
-        futures = {pool.submit(evaluate_chunk, chunk): chunk for chunk in work}
+        with _frozen_heap():        # the workers fork on the first submits
+            futures = {pool.submit(evaluate_figures, chunk): chunk for chunk in work}
         for future in (list(futures) if in_order else as_completed(futures)):
             try:
-                rows = future.result()
+                figures = future.result()
             except BrokenProcessPool:
                 lost += futures[future]
                 if in_order:
@@ -298,7 +321,7 @@ def _run_pool(pool: ProcessPoolExecutor, work: list[list[Point]],
                     lost += [p for f in later for p in futures[f]]
                     break
                 continue
-            record(rows)
+            record(with_inputs(futures[future], figures))
     except BaseException:
         workers = set(multiprocessing.active_children()) - before
         pool.shutdown(wait=False, cancel_futures=True)
@@ -307,6 +330,22 @@ def _run_pool(pool: ProcessPoolExecutor, work: list[list[Point]],
         raise
     pool.shutdown(cancel_futures=True)
     return lost
+
+
+@contextlib.contextmanager
+def _frozen_heap():
+    """This process's objects kept out of the garbage collector's passes while workers fork
+    from it (``gc.freeze``): a collection in a worker would touch every inherited object and
+    so copy each page of the parent's heap (the Python docs' advice for a pre-fork server).
+    Objects frozen before stay frozen."""
+    frozen = gc.get_freeze_count() == 0
+    if frozen:
+        gc.freeze()
+    try:
+        yield
+    finally:
+        if frozen:
+            gc.unfreeze()
 
 
 def _isolate(points: list[Point], record: Callable[[list[tuple]], None]) -> None:

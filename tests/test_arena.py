@@ -85,12 +85,40 @@ def test_the_arena_stays_near_the_runs_held_not_the_tier():
 
 def test_growing_keeps_the_state_and_adds_rows_never_taken():
     arena = walker.new_arena(3, 2, 1000)
-    arena[5:, walker.N_TENSOR] = 7          # as if runs had taken the node rows
+    assert arena[0, walker.S_UNTAKEN] == 4 and arena[0, walker.S_FREE] == walker.NIL
+    arena[4:6, walker.N_TENSOR] = 7          # as if runs had taken two node rows
+    arena[0, walker.S_UNTAKEN] = 6
     grown = walker.grow_arena(arena, 10)
     assert walker.arena_runs(grown) == 10
-    np.testing.assert_array_equal(grown[:arena.shape[0]], arena)
-    assert not grown[arena.shape[0]:].any()
+    np.testing.assert_array_equal(grown[:6], arena[:6])
+    assert grown[0, walker.S_UNTAKEN] == 6
     assert walker.grow_arena(grown, 5) is grown
+
+
+def _garbage_after_untaken(residency: Residency, value: int) -> None:
+    arena = residency.arena
+    arena[arena[0, walker.S_UNTAKEN]:] = value
+
+
+@pytest.mark.parametrize("device_name,model_name,overrides,workload", POINTS)
+@pytest.mark.parametrize("value", [0, -1, 7, 2**62])
+def test_rows_no_run_has_taken_are_never_read(device_name, model_name, overrides, workload,
+                                              value):
+    """The arena's node rows are left as allocated (np.empty): whatever they hold, a walk
+    gives the counts of one over zeroed rows, growing included."""
+    device = _with_big_memory(memsim.device(device_name).with_overrides(overrides))
+    system = plan_system(device, memsim.model(model_name), workload)
+    router = SystemRun(system).router
+    for plan in system.stages:
+        for initial_runs in (3, plan.max_lru_entries + 2):
+            zeroed, filled = (Residency(plan, initial_runs=initial_runs) for _ in range(2))
+            _garbage_after_untaken(zeroed, 0)
+            _garbage_after_untaken(filled, value)
+            got = _steps(plan, filled, system.workload, router)
+            want = _steps(plan, zeroed, system.workload, router)
+            for step_got, step_want in zip(got, want):
+                for a, b in zip(step_got, step_want):
+                    np.testing.assert_array_equal(a, b)
 
 
 @settings(max_examples=examples(60), deadline=None)

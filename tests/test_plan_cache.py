@@ -194,9 +194,39 @@ def _tables(device: str, model: str, fields: dict) -> list:
                     plan.lru_capacity_bits, plan.max_lru_entries, plan.residency,
                     [getattr(table, name).tolist() for name in (
                         "spec", "layer", "item", "home", "home_hi", "split", "pinned",
-                        "aliased", "tier_bytes", "block_start", "next_layer")],
-                    [spec for spec in table.specs]))
+                        "aliased", "tier_bytes", "block_start", "next_layer", "is_weight")],
+                    [spec for spec in table.specs], table.need(),
+                    plan.bytes_by_tier("weight"), plan.bytes_by_tier("kv")))
     return out
+
+
+@pytest.mark.parametrize("device,model,shape,point", SHARED + (
+    ("h100-sxm", "llama-3.2-1b", dict(weights="int8"), dict(batch=3, context=100)),
+    ("h100-sxm", "llama-3.2-1b", dict(residency="pinned"), dict(batch=2, context=64)),
+    (CXL, "llama-3-70b", dict(policy="tiered", weights="int8"), dict(batch=16, context=8192)),
+))
+def test_a_tables_held_bytes_and_tied_head_match_their_columns(device, model, shape, point):
+    """What a table takes from its cached frame (which tensors are weights, which one a tied
+    LM head aliases) and the bytes it holds equal what its own columns and specs say."""
+    for fields in (shape, {**shape, **point}):
+        system = memsim.plan.plan_system(_device(device), memsim.model(model),
+                                         memsim.Decode(**fields))
+        for plan in system.stages:
+            table = plan.tensor_table
+            kinds = np.array([table.specs[i].kind for i in table.spec])
+            roles = [table.specs[i].role for i in table.spec]
+            assert (table.is_weight == (kinds == "weight")).all()
+            live = ~table.aliased
+            for weights in (True, False):
+                want = table.tier_bytes[live & ((kinds == "weight") == weights)].sum(axis=0)
+                assert (table.held(weights) == want).all()
+            assert table.need() == dict(enumerate(table.tier_bytes[live].sum(axis=0).tolist()))
+            tied = memsim.model(model).tied_embeddings and "lm_head" in roles
+            assert table.aliased.sum() == (1 if tied and "embedding" in roles else 0)
+            if table.aliased.any():
+                e, h = roles.index("embedding"), roles.index("lm_head")
+                assert table.aliased[h] and (table.tier_bytes[h] == table.tier_bytes[e]).all()
+                assert table.home[h] == table.home[e] and table.home_hi[h] == table.home_hi[e]
 
 
 def test_a_plan_set_on_cached_rows_is_the_plan_lowered_afresh():

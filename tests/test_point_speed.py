@@ -1,0 +1,66 @@
+"""What the per-point speed-ups keep exact: a summary's time split taken by op indices equals
+the one taken by masks bit for bit, and a sweep's slim worker answers rebuild its rows."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from memsim.report import _SPENT_ON, _SPENT_ON_NAMES, _time_split
+from memsim.study import grid
+from memsim.sweep import (CHUNK_POINTS, MAX_CHUNK_POINTS, chunk_size, evaluate_chunk,
+                          evaluate_figures, with_inputs)
+
+
+@pytest.mark.parametrize("n_ops", [1, 7, 8, 9, 130, 147, 723, 5000])
+def test_a_time_split_by_indices_is_the_split_by_masks(n_ops):
+    rng = np.random.default_rng(n_ops)
+    times = rng.random((n_ops, 6)) * 10.0 ** rng.integers(-9, -2, size=(n_ops, 1))
+    kind = rng.integers(0, len(_SPENT_ON), size=n_ops)
+    masks = [_SPENT_ON[kind] == i for i in range(len(_SPENT_ON_NAMES))]
+    every = np.ones(n_ops, dtype=bool)
+    by_mask = _time_split(times, every, masks, 1.0, 1e-6, 0.5)
+    by_index = _time_split(times, every, masks, 1.0, 1e-6, 0.5,
+                           [np.flatnonzero(m) for m in masks])
+    assert by_mask == by_index
+    for name in _SPENT_ON_NAMES:     # the closed form: numpy's own sum of those ops' work
+        assert by_mask[name] == float(times[:, :-1].sum(axis=1)[masks[
+            _SPENT_ON_NAMES.index(name)]].sum())
+
+
+def test_chunks_are_bounded_and_balance_the_workers():
+    assert chunk_size(10, 2) == CHUNK_POINTS
+    assert chunk_size(1000, 2) == 31 == 1000 // (16 * 2)
+    assert chunk_size(10 ** 6, 2) == MAX_CHUNK_POINTS
+
+
+def test_a_workers_answer_rebuilds_the_rows_of_a_chunk():
+    points = grid(device=["h100-sxm", "mi300x"], model="llama-3.2-1b", batch=[1, 4],
+                  context=[256, 10 ** 7])                     # the longest context fails
+    want = evaluate_chunk(points)
+    got = with_inputs(points, evaluate_figures(points))
+    assert [row[:4] for row in got] == [row[:4] for row in want]
+    assert any(row[3] is not None for row in got) and any(row[3] is None for row in got)
+
+
+@pytest.mark.parametrize("name", ["llama-3.2-1b", "llama-3-70b", "mixtral-8x7b",
+                                  "deepseek-v3-style"])
+def test_items_with_kv_blocks_are_the_specs_replaced(name):
+    """The items of a point equal, spec for spec, its cached items with every layer KV cache
+    (not a prompt chunk's) replaced by dataclasses.replace, whatever was asked before."""
+    import dataclasses
+
+    import memsim
+    from memsim import plan as plan_module
+
+    model = memsim.model(name)
+    sh = plan_module.shard(model, 1, 1)
+    items = plan_module._shaped_items(model, "int8", "bf16", "bf16", 4, 0, sh, 128, None, True)
+    for blocks, streams in ((1, 8), (257, 24), (3, 1)):
+        got = plan_module._with_kv_blocks(items, blocks, streams)
+        want = [plan_module._Item(tuple(
+            dataclasses.replace(s, rows=blocks, units=blocks, sequences=streams)
+            if s.kind == "kv" and not s.chunk else s for s in item.specs), item.layer,
+            item.shape) for item in items]
+        assert got == want
+        assert [hash(item) for item in got] == [hash(item) for item in want]
