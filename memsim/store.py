@@ -3,8 +3,8 @@
 A row holds the point's key, its study, its inputs, its figures (or the error that stopped it),
 memsim's version and how long it took. Rows are inserted once per memsim version (the first write
 of a key wins; a row another version wrote is replaced when this one computes the point again) and
-each is committed on its own, so a study killed at any moment keeps every row it wrote, and a
-rerun computes only the points the store does not hold at this version.
+each chunk a worker returns is committed as it arrives, so a study killed at any moment keeps every
+chunk it wrote, and a rerun computes only the points the store does not hold at this version.
 
 A point belongs to every study that asked for it (the ``members`` table): two studies sharing a
 point in one store compute it once, and each study's export holds it.
@@ -132,17 +132,29 @@ class Store:
         """Insert one point's row and commit it; False when the key was already there at this
         version (a row of another version is replaced). Figures must be finite: NaN and
         infinity have no JSON spelling and are refused (ValueError)."""
-        cursor = self.db.execute(
-            "INSERT INTO points VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (key) DO UPDATE SET "
-            "study = excluded.study, inputs = excluded.inputs, figures = excluded.figures, "
-            "error = excluded.error, version = excluded.version, seconds = excluded.seconds, "
-            "written = excluded.written WHERE points.version != excluded.version",
-            (key, study, json.dumps(inputs, sort_keys=True, default=str),
-             None if figures is None else json.dumps(figures, sort_keys=True, allow_nan=False),
-             error, version, seconds, time.time()))
-        self.db.execute("INSERT OR IGNORE INTO members VALUES (?, ?)", (study, key))
-        self.db.commit()
-        return cursor.rowcount == 1
+        return self.add_many(study, [(key, inputs, figures, error, seconds)], version) == 1
+
+    def add_many(self, study: str, rows: Iterable[tuple], version: str) -> int:
+        """Insert points ``(key, inputs, figures, error, seconds)`` in one transaction, committed
+        once (a chunk of a sweep arrives whole; a commit per row cost 70-170 us of the parent's
+        time at a millisecond a point); returns the rows added. A refused row (non-finite
+        figures: ValueError) writes none of them."""
+        added = 0
+        with self.db:
+            for key, inputs, figures, error, seconds in rows:
+                cursor = self.db.execute(
+                    "INSERT INTO points VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (key) DO "
+                    "UPDATE SET study = excluded.study, inputs = excluded.inputs, "
+                    "figures = excluded.figures, error = excluded.error, "
+                    "version = excluded.version, seconds = excluded.seconds, "
+                    "written = excluded.written WHERE points.version != excluded.version",
+                    (key, study, json.dumps(inputs, sort_keys=True, default=str),
+                     None if figures is None else json.dumps(figures, sort_keys=True,
+                                                             allow_nan=False),
+                     error, version, seconds, time.time()))
+                self.db.execute("INSERT OR IGNORE INTO members VALUES (?, ?)", (study, key))
+                added += cursor.rowcount == 1
+        return added
 
     def rows(self, study: str | None = None) -> list[dict[str, Any]]:
         """Every row (of one study: every point it asked for, whichever study computed it
@@ -225,8 +237,7 @@ def _flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 def write_rows(store: Store, study: str, results: Iterable[tuple]) -> int:
     """Insert evaluated points ``(key, inputs, figures, error, seconds)``; returns rows added."""
     from memsim import __version__
-    return sum(store.add(key, study, inputs, figures, error, __version__, seconds)
-               for key, inputs, figures, error, seconds in results)
+    return store.add_many(study, results, __version__)
 
 
 def _readable(db: sqlite3.Connection) -> Iterator[tuple | None]:
