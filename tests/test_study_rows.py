@@ -170,3 +170,17 @@ def test_counts_stay_exact_in_a_dataframe_with_error_rows(tmp_path):
     assert int(frame["figures.flops"][0]) == 2**60 + 1
     assert frame["figures.link_bytes"][0] == 2**64 + 1
     assert frame["figures.flops"].isna()[1] and frame["figures.time_per_token_s"][0] == 0.5
+
+
+def test_a_chunk_is_one_transaction(tmp_path):
+    """Store.add_many commits a chunk's rows at once; a refused row (NaN) writes none of them,
+    and a key already held at this version is not added twice."""
+    path = tmp_path / "c.sqlite"
+    good = ("k1", {"device": "x"}, {"time_per_token_s": 1.0}, None, 0.1)
+    with Store(path) as store:
+        assert store.add_many("s", [good, ("k2", {}, None, "an error", 0.1)], "v") == 2
+        with pytest.raises(ValueError):
+            store.add_many("s", [("k3", {}, {"a": 1.0}, None, 0.1),
+                                 ("k4", {}, {"a": float("nan")}, None, 0.1)], "v")
+        assert store.keys() == {"k1", "k2"}
+        assert store.add_many("s", [good], "v") == 0
