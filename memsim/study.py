@@ -32,6 +32,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import MISSING, dataclass, fields
 from pathlib import Path
@@ -71,10 +72,12 @@ class Point:
     def key(self) -> str:
         """A stable identity: the hash of the canonical JSON of the inputs, in which a workload
         field given at its Decode default is left out (``batch = 1`` and no ``batch`` are one
-        point, and one row)."""
+        point, and one row), and a quantity's text is keyed with one space between its number and
+        unit (``"5TB/s"`` and ``"5 TB/s"`` are one point; ``"5000 GB/s"`` is another text)."""
         inputs = self.inputs()
         inputs["workload"] = {k: v for k, v in inputs["workload"].items()
                               if not _is_default(k, v)}
+        inputs["set"] = {k: _spaced_quantity(v) for k, v in inputs["set"].items()}
         text = json.dumps(inputs, sort_keys=True, separators=(",", ":"), default=str)
         return hashlib.sha256(text.encode()).hexdigest()[:32]
 
@@ -97,6 +100,18 @@ def _is_default(name: str, value: Any) -> bool:
     is a mistake to report, not the default)."""
     default = DECODE_DEFAULTS.get(name, MISSING)
     return type(value) is type(default) and value == default
+
+
+_QUANTITY_TEXT = re.compile(r"\s*([+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?)"
+                            r"\s*([A-Za-z%/][^\s]*(?:\s+[^\s]+)*)\s*")
+
+
+def _spaced_quantity(value: Any) -> Any:
+    """A what-if's text as its key reads it: ``"<number> <unit>"`` with one space."""
+    if not isinstance(value, str):
+        return value
+    match = _QUANTITY_TEXT.fullmatch(value)
+    return f"{match[1]} {match[2]}" if match else value
 
 
 def _values(value: Any) -> list[Any]:

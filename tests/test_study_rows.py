@@ -184,3 +184,13 @@ def test_a_chunk_is_one_transaction(tmp_path):
                                  ("k4", {}, {"a": float("nan")}, None, 0.1)], "v")
         assert store.keys() == {"k1", "k2"}
         assert store.add_many("s", [good], "v") == 0
+
+
+def test_a_quantity_with_or_without_its_space_is_one_point():
+    """'5TB/s' and '5 TB/s' are one what-if (units.parse_quantity reads both alike): one key,
+    one row; another spelling of the same value ('5000 GB/s') stays its own point."""
+    points = grid(device="h100-sxm", model="llama-3.2-1b",
+                  set={"tiers.hbm.bandwidth": ["5TB/s", "5 TB/s", " 5  TB/s", "5000 GB/s"]})
+    assert len({p.key for p in points}) == 2
+    assert len({p.key for p in grid(device="h100-sxm", model="llama-3.2-1b",
+                                    set={"link.kind": ["nvlink", "pcie"]})}) == 2
