@@ -36,8 +36,9 @@ if TYPE_CHECKING:  # the data floor: limits is imported by device.py, so no runt
     from memsim.model import Model
     from memsim.workload import Decode
 
-__all__ = ["FIGURE_RANGES", "INT64_MAX", "MAX_STEPS", "MAX_DRAFT_HEADS", "MAX_TILE_ELEMENTS", "MAX_SAMPLES", "FigureRange",
-           "check_figure", "check_int64", "check_samples", "check_sizes", "largest_counts"]
+__all__ = ["FIGURE_RANGES", "INT64_MAX", "MAX_STEPS", "MAX_DRAFT_HEADS", "MAX_TILE_ELEMENTS",
+           "MAX_SAMPLES", "FigureRange", "check_figure", "check_int64", "check_samples",
+           "check_sizes", "largest_counts"]
 
 #: The largest value of a signed 64-bit counter: every byte, bit, FLOP and tile count of a plan
 #: and of the kernels is an int64.

@@ -41,6 +41,7 @@ from typing import Any
 from memsim.datafile import read_toml_file
 from memsim.errors import ConfigError
 from memsim.inputs import freeze
+from memsim.units import NUMBER
 from memsim.workload import Decode
 
 DECODE_FIELDS = tuple(f.name for f in fields(Decode))
@@ -102,8 +103,7 @@ def _is_default(name: str, value: Any) -> bool:
     return type(value) is type(default) and value == default
 
 
-_QUANTITY_TEXT = re.compile(r"\s*([+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?)"
-                            r"\s*([A-Za-z%/][^\s]*(?:\s+[^\s]+)*)\s*")
+_QUANTITY_TEXT = re.compile(rf"\s*({NUMBER.pattern})\s*([A-Za-z%/]\S*(?:\s+\S+)*)\s*")
 
 
 def _spaced_quantity(value: Any) -> Any:

@@ -25,7 +25,7 @@ from typing import NamedTuple
 
 from memsim.errors import ConfigError
 
-__all__ = ["DIMENSIONS", "parse_quantity", "format_quantity", "units_of"]
+__all__ = ["DIMENSIONS", "NUMBER", "parse_quantity", "format_quantity", "units_of"]
 
 DIMENSIONS: tuple[str, ...] = (
     "capacity",        # bytes
@@ -174,7 +174,8 @@ _LADDERS: Mapping[str, tuple[tuple[str, ...], tuple[str, ...] | None]] = Mapping
 })
 
 # sign, digits with an optional point, optional exponent; the rest of the string is the unit
-_NUMBER = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+#: The number that starts a quantity's text (an optional exponent; no separators).
+NUMBER = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
 _MAX_EXPONENT = 400  # beyond any float; refuses "1e999999" before building a huge integer
 
 
@@ -252,7 +253,7 @@ def parse_quantity(value: str | int | float, dimension: str, *, field: str,
         raise fail(f"empty value; {expected}")
     if "_" in text or "," in text:
         raise fail(f"{value!r}: write the number without '_' or ',' separators; {expected}")
-    match = _NUMBER.match(text)
+    match = NUMBER.match(text)
     if match is None:
         word = text.lstrip("+-").lower()
         if word.startswith(("nan", "inf")):
