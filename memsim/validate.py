@@ -44,8 +44,8 @@ RUNTIMES = ("llama.cpp-cuda", "llama.cpp-metal", "hf-eager", "gpt-fast", "vllm",
 SPEC_METHODS = ("draft", "heads", "ngram")
 REQUIRED = ("id", "device", "model", "weights", "software", "runtime", "batch", "context",
             "metric", "value", "source")
-OPTIONAL = ("chips", "parallel", "kv", "activations", "note", "prompt", "serving", "speculative_in_figure",
-            "method", "draft", "gamma", "tree", "accepted_tokens", "acceptance",
+OPTIONAL = ("chips", "parallel", "kv", "activations", "note", "prompt", "serving",
+            "speculative_in_figure", "method", "draft", "gamma", "tree", "accepted_tokens", "acceptance",
             "input_tokens", "output_tokens", "concurrency", "token_budget", "max_batch",
             "scheduling")
 SERVING_METRICS = ("ms_per_token", "tokens_per_s_total", "tokens_per_s_per_user")
