@@ -29,6 +29,7 @@ read from a TOML study file with :func:`load_study`:
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import itertools
 import json
@@ -69,12 +70,13 @@ class Point:
                 "set": dict(self.overrides), "add_tier": list(self.add_tiers),
                 "speculative": dict(self.speculative)}
 
-    @property
+    @functools.cached_property
     def key(self) -> str:
         """A stable identity: the hash of the canonical JSON of the inputs, in which a workload
         field given at its Decode default is left out (``batch = 1`` and no ``batch`` are one
         point, and one row), and a quantity's text is keyed with one space between its number and
-        unit (``"5TB/s"`` and ``"5 TB/s"`` are one point; ``"5000 GB/s"`` is another text)."""
+        unit (``"5TB/s"`` and ``"5 TB/s"`` are one point; ``"5000 GB/s"`` is another text).
+        Computed once per point: a sweep asks for it several times a point."""
         inputs = self.inputs()
         inputs["workload"] = {k: v for k, v in inputs["workload"].items()
                               if not _is_default(k, v)}
