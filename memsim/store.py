@@ -137,21 +137,20 @@ class Store:
     def add_many(self, study: str, rows: Iterable[tuple], version: str) -> int:
         """Insert points ``(key, inputs, figures, error, seconds)`` in one transaction, committed
         once (a chunk of a sweep arrives whole; a commit per row cost 70-170 us of the parent's
-        time at a millisecond a point); returns the rows added. A refused row (non-finite
-        figures: ValueError) writes none of them."""
+        time at a millisecond a point); returns the rows added. Inputs and figures are data, or
+        the texts :func:`encoded` made of them (a sweep's workers encode their own rows). A
+        refused row (non-finite figures: ValueError) writes none of them."""
         added = 0
         with self.db:
             for key, inputs, figures, error, seconds in rows:
+                inputs_text, figures_text = encoded(inputs, figures)
                 cursor = self.db.execute(
                     "INSERT INTO points VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (key) DO "
                     "UPDATE SET study = excluded.study, inputs = excluded.inputs, "
                     "figures = excluded.figures, error = excluded.error, "
                     "version = excluded.version, seconds = excluded.seconds, "
                     "written = excluded.written WHERE points.version != excluded.version",
-                    (key, study, json.dumps(inputs, sort_keys=True, default=str),
-                     None if figures is None else json.dumps(figures, sort_keys=True,
-                                                             allow_nan=False),
-                     error, version, seconds, time.time()))
+                    (key, study, inputs_text, figures_text, error, version, seconds, time.time()))
                 self.db.execute("INSERT OR IGNORE INTO members VALUES (?, ?)", (study, key))
                 added += cursor.rowcount == 1
         return added
@@ -232,6 +231,17 @@ def _flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
         else:
             out[name] = value
     return out
+
+
+def encoded(inputs: dict[str, Any] | str,
+            figures: dict[str, Any] | str | None) -> tuple[str, str | None]:
+    """A row's inputs and figures as the JSON texts the store keeps (texts pass as they are);
+    figures must be finite: NaN and infinity have no JSON spelling (ValueError)."""
+    if not isinstance(inputs, str):
+        inputs = json.dumps(inputs, sort_keys=True, default=str)
+    if figures is not None and not isinstance(figures, str):
+        figures = json.dumps(figures, sort_keys=True, allow_nan=False)
+    return inputs, figures
 
 
 def write_rows(store: Store, study: str, results: Iterable[tuple]) -> int:

@@ -34,7 +34,7 @@ from memsim.errors import ConfigError
 from memsim.inputs import decode_from, device_from, model_from, request_of
 from memsim.plan import is_timing_path, plan_system, retarget
 from memsim.speculative import speculative
-from memsim.store import Store, write_rows
+from memsim.store import Store, encoded, write_rows
 from memsim.study import Point, Study, grid, unique_points
 
 CHUNK_POINTS = 8               # the fewest points of a chunk ...
@@ -164,15 +164,18 @@ def evaluate_chunk(points: Sequence[Point]) -> list[tuple]:
     return [evaluate(point) for point in points]
 
 
-def evaluate_figures(points: Sequence[Point]) -> list[tuple]:
-    """:func:`evaluate_chunk` without each row's key and inputs, which the process that sent
-    the points holds (:func:`with_inputs`): a worker's answer, a quarter of it not pickled."""
-    return [evaluate(point)[2:] for point in points]
+def evaluate_encoded(points: Sequence[Point]) -> list[tuple]:
+    """:func:`evaluate_chunk` as a worker answers: each row without its key, which the process
+    that sent the points holds (:func:`with_keys`), and its inputs and figures already the
+    store's JSON texts (:func:`memsim.store.encoded`), so that the one process writing the
+    store neither encodes them nor unpickles their dictionaries."""
+    return [(*encoded(inputs, figures), error, seconds)
+            for _key, inputs, figures, error, seconds in evaluate_chunk(points)]
 
 
-def with_inputs(points: Sequence[Point], figures: Sequence[tuple]) -> list[tuple]:
-    """The rows of :func:`evaluate_chunk` from :func:`evaluate_figures`' answer for ``points``."""
-    return [(point.key, point.inputs(), *rest) for point, rest in zip(points, figures)]
+def with_keys(points: Sequence[Point], answer: Sequence[tuple]) -> list[tuple]:
+    """The store's rows of ``points`` from :func:`evaluate_encoded`'s answer for them."""
+    return [(point.key, *rest) for point, rest in zip(points, answer)]
 
 
 def chunk_size(points: int, jobs: int) -> int:
@@ -310,10 +313,10 @@ def _run_pool(pool: ProcessPoolExecutor, work: list[list[Point]],
     lost: list[Point] = []
     try:
         with _frozen_heap():        # the workers fork on the first submits
-            futures = {pool.submit(evaluate_figures, chunk): chunk for chunk in work}
+            futures = {pool.submit(evaluate_encoded, chunk): chunk for chunk in work}
         for future in (list(futures) if in_order else as_completed(futures)):
             try:
-                figures = future.result()
+                answer = future.result()
             except BrokenProcessPool:
                 lost += futures[future]
                 if in_order:
@@ -321,7 +324,7 @@ def _run_pool(pool: ProcessPoolExecutor, work: list[list[Point]],
                     lost += [p for f in later for p in futures[f]]
                     break
                 continue
-            record(with_inputs(futures[future], figures))
+            record(with_keys(futures[future], answer))
     except BaseException:
         workers = set(multiprocessing.active_children()) - before
         pool.shutdown(wait=False, cancel_futures=True)

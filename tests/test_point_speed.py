@@ -7,9 +7,10 @@ import numpy as np
 import pytest
 
 from memsim.report import _SPENT_ON, _SPENT_ON_NAMES, _time_split
+from memsim.store import encoded
 from memsim.study import grid
 from memsim.sweep import (CHUNK_POINTS, MAX_CHUNK_POINTS, chunk_size, evaluate_chunk,
-                          evaluate_figures, with_inputs)
+                          evaluate_encoded, with_keys)
 
 
 @pytest.mark.parametrize("n_ops", [1, 7, 8, 9, 130, 147, 723, 5000])
@@ -34,12 +35,13 @@ def test_chunks_are_bounded_and_balance_the_workers():
     assert chunk_size(10 ** 6, 2) == MAX_CHUNK_POINTS
 
 
-def test_a_workers_answer_rebuilds_the_rows_of_a_chunk():
+def test_a_workers_answer_is_the_store_text_of_the_rows_of_a_chunk():
     points = grid(device=["h100-sxm", "mi300x"], model="llama-3.2-1b", batch=[1, 4],
                   context=[256, 10 ** 7])                     # the longest context fails
     want = evaluate_chunk(points)
-    got = with_inputs(points, evaluate_figures(points))
-    assert [row[:4] for row in got] == [row[:4] for row in want]
+    got = with_keys(points, evaluate_encoded(points))
+    assert [(row[0], *encoded(row[1], row[2]), row[3]) for row in want] == \
+        [row[:4] for row in got]
     assert any(row[3] is not None for row in got) and any(row[3] is None for row in got)
 
 
