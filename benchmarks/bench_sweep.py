@@ -7,12 +7,14 @@ over its own.
     python benchmarks/bench_sweep.py                 # 1,000 points; sweep --jobs 1 and --jobs 2
     python benchmarks/bench_sweep.py --jobs 2        # only --jobs 2
     python benchmarks/bench_sweep.py --quick         # 100 points
+    python benchmarks/bench_sweep.py --repeats 9     # medians of 9 sweeps of each (default 5)
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -37,11 +39,21 @@ def study(quick: bool) -> list:
     return points[::10] if quick else points
 
 
+def timed_sweep(points: list, jobs: int) -> tuple[float, float, object]:
+    """One sweep into a new store: wall seconds, CPU seconds (with its workers), the result."""
+    before = _cpu_s()
+    with tempfile.TemporaryDirectory() as folder:
+        result = sweep(points, Path(folder) / "bench.sqlite", jobs=jobs, name="bench")
+    return result.seconds, _cpu_s() - before, result
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="100 points")
     parser.add_argument("--jobs", type=int, action="append",
                         help="worker processes of a sweep (repeatable; default: 1 and 2)")
+    parser.add_argument("--repeats", type=int, default=5,
+                        help="sweeps of each --jobs, taken in turn; medians are printed")
     args = parser.parse_args()
     points = study(args.quick)
     run_points(points[:2])                      # load the kernels' cache before timing
@@ -51,22 +63,26 @@ def main() -> None:
     errors = sum(1 for row in rows if row[3] is not None)
     print(f"{len(points)} Llama 3 70B points ({len(DEVICES)} devices x {len(BATCHES)} batches x "
           f"{len(CONTEXTS)} contexts, int8), {errors} of them over capacity (rows with an error)")
-    print(f"  one by one, one process  {loop_s:7.1f} s   {len(points) / loop_s:7.1f} points/s")
-    cpu_one = None
-    for jobs in args.jobs or [1, 2]:
-        before = _cpu_s()
-        with tempfile.TemporaryDirectory() as folder:
-            result = sweep(points, Path(folder) / "bench.sqlite", jobs=jobs, name="bench")
-        cpu = _cpu_s() - before
-        cpu_one = cpu if jobs == 1 else cpu_one
-        bound = (f";  at most {jobs * cpu_one / cpu:4.2f} x --jobs 1 on {jobs} idle cores"
-                 if cpu_one and jobs > 1 else "")
-        print(f"  memsim sweep --jobs {jobs:<4d} {result.seconds:7.1f} s   "
-              f"{result.points_per_s:7.1f} points/s   {loop_s / result.seconds:5.2f} x the loop;"
-              f"  CPU {cpu:5.2f} s{bound}")
-    print("CPU: this process's and its finished workers' (os.times); on a shared machine the "
-          "wall-clock ratio of --jobs 2 follows the others' load, the CPU bound far less")
-
+    print(f"  one by one, one process  {loop_s:7.2f} s   {len(points) / loop_s:7.1f} points/s")
+    all_jobs = args.jobs or [1, 2]
+    runs: dict[int, list[tuple[float, float]]] = {jobs: [] for jobs in all_jobs}
+    for _ in range(max(1, args.repeats)):
+        for jobs in all_jobs:
+            wall, cpu, _result = timed_sweep(points, jobs)
+            runs[jobs].append((wall, cpu))
+    medians = {jobs: (statistics.median(w for w, _ in r), statistics.median(c for _, c in r))
+               for jobs, r in runs.items()}
+    for jobs, (wall, cpu) in medians.items():
+        against = ""
+        if 1 in medians and jobs > 1:
+            one_wall, one_cpu = medians[1]
+            against = (f";  {one_wall / wall:4.2f} x --jobs 1 (at most {jobs * one_cpu / cpu:4.2f}"
+                       f" on {jobs} idle cores)")
+        print(f"  memsim sweep --jobs {jobs:<4d} {wall:7.2f} s   {len(points) / wall:7.1f} "
+              f"points/s   {loop_s / wall:5.2f} x the loop;  CPU {cpu:5.2f} s{against}")
+    print(f"medians of {max(1, args.repeats)} sweeps each, taken in turn. CPU: this process's "
+          "and its finished workers' (os.times); on a shared machine the wall-clock ratio of "
+          "--jobs 2 follows the others' load, the CPU bound far less")
 
 if __name__ == "__main__":
     main()
