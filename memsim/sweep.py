@@ -185,10 +185,17 @@ def chunk_size(points: int, jobs: int) -> int:
     return max(CHUNK_POINTS, min(MAX_CHUNK_POINTS, points // (CHUNKS_PER_WORKER * jobs)))
 
 
-def chunks(points: Sequence[Point], size: int = CHUNK_POINTS) -> list[list[Point]]:
-    """Points grouped by model and device, cut into chunks of at most ``size``."""
+def chunks(points: Sequence[Point], size: int = CHUNK_POINTS,
+           jobs: int = 1) -> list[list[Point]]:
+    """Points grouped by model and device, cut into chunks of at most ``size``; the points of
+    the last ``jobs`` such chunks (the ones the workers take last) in chunks of at most
+    :data:`CHUNK_POINTS`, so that the workers finish within a small chunk of each other."""
     ordered = sorted(points, key=lambda p: (p.shape_key(), p.key))
-    return [ordered[i:i + size] for i in range(0, len(ordered), size)]
+    work = [ordered[i:i + size] for i in range(0, len(ordered), size)]
+    if jobs < 2:
+        return work
+    last = [point for chunk in work[-jobs:] for point in chunk]
+    return work[:-jobs] + [last[i:i + CHUNK_POINTS] for i in range(0, len(last), CHUNK_POINTS)]
 
 
 class Progress:
@@ -249,7 +256,7 @@ def sweep(study: Study | Sequence[Point] | Mapping[str, Any],
             errors.extend(row[3] for row in rows if row[3] is not None)
             bar.advance(len(rows))
 
-        work = chunks(todo, chunk_size(len(todo), jobs))
+        work = chunks(todo, chunk_size(len(todo), jobs), jobs)
         try:
             if scheduler is not None:
                 _run_dask(work, scheduler, jobs, record)

@@ -9,7 +9,7 @@ import pytest
 from memsim.report import _SPENT_ON, _SPENT_ON_NAMES, _time_split
 from memsim.store import encoded
 from memsim.study import grid
-from memsim.sweep import (CHUNK_POINTS, MAX_CHUNK_POINTS, chunk_size, evaluate_chunk,
+from memsim.sweep import (CHUNK_POINTS, MAX_CHUNK_POINTS, chunk_size, chunks, evaluate_chunk,
                           evaluate_encoded, with_keys)
 
 
@@ -33,6 +33,15 @@ def test_chunks_are_bounded_and_balance_the_workers():
     assert chunk_size(10, 2) == CHUNK_POINTS
     assert chunk_size(1000, 2) == 31 == 1000 // (16 * 2)
     assert chunk_size(10 ** 6, 2) == MAX_CHUNK_POINTS
+
+
+def test_the_last_chunks_are_small_so_the_workers_finish_together():
+    points = grid(device=["h100-sxm", "mi300x"], model="llama-3.2-1b", batch=list(range(1, 51)))
+    work = chunks(points, 31, jobs=2)
+    assert [len(c) for c in work] == [31, 31, 8, 8, 8, 8, 6]
+    assert [p for c in work for p in c] == [p for c in chunks(points, 31) for p in c]
+    assert [len(c) for c in chunks(points, 31)] == [31, 31, 31, 7]
+    assert [len(c) for c in chunks(points[:5], 31, jobs=2)] == [5]
 
 
 def test_a_workers_answer_is_the_store_text_of_the_rows_of_a_chunk():
