@@ -14,6 +14,7 @@ import pytest
 
 import memsim.derive
 from memsim.cli import main
+from memsim.emulate import host_time_per_step
 from memsim.errors import ConfigError
 from memsim.runtime import collective_candidates, collective_time, load_runtime, runtime
 
@@ -136,6 +137,28 @@ def test_vllm_06_rocm_all_reduce_is_rcclonly():
     assert {c.protocol for c in old} <= {"ll", "ll128", "simple"}
     assert collective_time(runtime("vllm-0.6-rocm"), *args).seconds == min(
         c.seconds for c in library)
+
+
+def test_trt_llm_016_017_engine_is_trt_llm_without_overlap():
+    old, new = runtime("trt-llm-engine-0.16-0.17"), runtime("trt-llm")
+    assert old.base == "trt-llm" and old.host_overlap is False and new.host_overlap is True
+    assert old == dataclasses.replace(new, name=old.name, description=old.description,
+                                      host_overlap=False, sources=old.sources, file=old.file,
+                                      base="trt-llm")
+    assert host_time_per_step(old) == host_time_per_step(new) + new.host_per_step_s
+    assert "PR #3625" in old.source("host_overlap") and "NOT sourced" in old.source("graph")
+
+
+def test_a_step_without_overlap_pays_the_host_time(capsys):
+    """Same device, model and step: the 0.16-0.17 engine runtime adds exactly trt-llm's host
+    time per step to the step."""
+    argv = ["run", "h100-sxm", "llama-3-8b", "--batch", "1", "--context", "256", "--steps", "1",
+            "--json", "--runtime"]
+    assert main(argv + ["trt-llm"]) == 0
+    today = json.loads(capsys.readouterr().out)["time_per_token_s"]
+    assert main(argv + ["trt-llm-engine-0.16-0.17"]) == 0
+    then = json.loads(capsys.readouterr().out)["time_per_token_s"]
+    assert then == pytest.approx(today + runtime("trt-llm").host_per_step_s, rel=1e-9)
 
 
 # --- identity -----------------------------------------------------------------------------------
