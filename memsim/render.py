@@ -269,6 +269,9 @@ def runtime_text(data: dict[str, Any]) -> str:
     """``memsim show --runtime NAME``: every figure with its unit and source."""
     lib = data["collective_library"]
     lines = [f"{data['name']} ({data['file']}): {data['description']}",
+             *([f"  derived from {data['base']}: figures this file does not replace are its, with "
+                f"their sources"]
+               if data.get("base") else []),
              f"  {data['summary']}; {data['launches_per_dense_layer']} launches per dense layer",
              table(("field", "value", "source"),
                    [(r["field"], r["value"], r["source"] or "-") for r in data["figures"]]),
@@ -283,9 +286,9 @@ def runtimes_table(data: Sequence[dict[str, Any]]) -> str:
     """``memsim runtimes``: one row per software stack."""
     def graph(d: dict[str, Any]) -> str:
         return next((r["value"] for r in d["figures"] if r["field"] == "graph"), "-")
-    return table(("runtime", "graph", "launch", "graph launch", "host per step",
+    return table(("runtime", "base", "graph", "launch", "graph launch", "host per step",
                   "collective library"),
-                 [(d["name"], graph(d), format_quantity(d["launch_s"], "time"),
+                 [(d["name"], d.get("base") or "-", graph(d), format_quantity(d["launch_s"], "time"),
                    format_quantity(d["graph_launch_s"], "time"),
                    format_quantity(d["host_per_step_s"], "time"),
                    d["collective_library"]["name"]) for d in data])

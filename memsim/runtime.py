@@ -31,6 +31,7 @@ from typing import Any
 
 from memsim.datafile import (catalog_names, check_keys, read_catalog_entry, read_toml_file,
                              require_bool, require_int, require_str, require_table)
+from memsim.derive import holds_figures, resolve_base
 from memsim.errors import ConfigError
 from memsim.handoff import Pipeline, pipeline_of
 from memsim.instructions import InstructionMix, parse_mixes
@@ -154,6 +155,8 @@ class Runtime:
     small_batch_gemv: bool = False    # small-M matmuls run as GEMVs on the vector units
     pipeline: Pipeline = Pipeline()   # pipeline hand-offs and graphs (memsim.handoff)
     gemv: tuple[tuple[str, InstructionMix], ...] = ()   # GEMV instructions per weight, by format
+    base: str | None = None           # the catalog runtime this file derives from (memsim.derive)
+    dropped: tuple[str, ...] = ()     # figures of the base this version has not
 
     def graphed(self, stages: int) -> bool:
         """True when a step of ``stages`` pipeline stages replays a captured graph."""
@@ -175,7 +178,8 @@ class Runtime:
             value = _typed_text(_get_path(data, path), value)
             _set_path(data, path, value, file=self.file)
             data.setdefault("sources", {})[path] = f"what-if override: {value}"
-        return parse_runtime(data, file=f"{self.file} (with overrides)")
+        return _build(data, file=f"{self.file} (with overrides)", base=self.base,
+                      dropped=tuple(p for p in self.dropped if p not in overrides))
 
 
 def _typed_text(old: Any, value: Any) -> Any:
@@ -319,7 +323,18 @@ def _parse_speculative(table: Any, *, file: str) -> Speculative:
 
 
 def parse_runtime(data: Mapping[str, Any], *, file: str) -> Runtime:
-    """Validate a runtime file's data and build a Runtime; every mistake is a ConfigError."""
+    """Validate a runtime file's data and build a Runtime; every mistake is a ConfigError.
+
+    A file with ``base`` is merged with that catalog runtime first (:mod:`memsim.derive`) and
+    the merged data validated as a whole file.
+    """
+    derived = resolve_base(data, file=file)
+    return _build(derived.data, file=file, base=derived.base, dropped=derived.dropped)
+
+
+def _build(data: Mapping[str, Any], *, file: str, base: str | None,
+           dropped: tuple[str, ...]) -> Runtime:
+    """Validate a whole runtime's data (a derived file's merged with its base's)."""
     data = require_table(data, file=file, field="(top level)")
     check_keys(data, required=_TOP_REQUIRED, optional=_TOP_OPTIONAL, file=file)
     if data["schema_version"] != 1:
@@ -346,6 +361,8 @@ def parse_runtime(data: Mapping[str, Any], *, file: str) -> Runtime:
                                       field="small_batch_gemv"),
         pipeline=pipeline_of(data, file=file),
         gemv=parse_mixes(data["gemv"], file=file) if "gemv" in data else (),
+        base=base,
+        dropped=dropped,
     )
 
 
@@ -838,8 +855,7 @@ def _figure_rows(data: Mapping[str, Any], sources: Mapping[str, str],
         path = prefix + key
         if not prefix and key in _NOT_FIGURES:
             continue
-        if (isinstance(value, Mapping) and path != "collective.one_shot_max_bytes"
-                and prefix != "gemv."):          # a format's GEMV count is one figure
+        if isinstance(value, Mapping) and holds_figures(path):
             rows += _figure_rows(value, sources, path + ".")
             continue
         rows.append({"field": path, "value": _shown(value), "source": _source_of(path, sources)})
@@ -861,7 +877,8 @@ def describe(runtime: Runtime) -> dict[str, Any]:
     """Every figure of a runtime and of its collective library, with its unit and source.
 
     Returns plain data for ``memsim show --runtime NAME``: ``name``, ``description``, ``file``,
-    ``figures`` (rows of ``field``, ``value``, ``source``), ``launches_per_dense_layer``,
+    ``base`` (the runtime it derives from, or None), ``figures`` (rows of ``field``, ``value``,
+    ``source``; a figure dropped from the base reads ``dropped``), ``launches_per_dense_layer``,
     ``launch_s``, ``graph_launch_s`` and ``host_per_step_s`` in seconds, a one-line ``summary``,
     and ``collective_library`` (its name, file, description, ``origin`` (repository, commit,
     source file, version) and figures).
@@ -871,7 +888,10 @@ def describe(runtime: Runtime) -> dict[str, Any]:
         "name": runtime.name,
         "description": runtime.description,
         "file": runtime.file,
-        "figures": _figure_rows(runtime.data, dict(runtime.sources)),
+        "base": runtime.base,
+        "figures": (_figure_rows(runtime.data, dict(runtime.sources))
+                    + [{"field": path, "value": "dropped", "source": runtime.source(path)}
+                       for path in runtime.dropped]),
         "launches_per_dense_layer": runtime.fusion.dense_layer_launches,
         "launch_s": runtime.launch_s,
         "graph_launch_s": runtime.graph_launch_s,

@@ -32,6 +32,7 @@ from memsim.emulate import emulate
 from memsim.errors import ConfigError
 from memsim.inputs import decode_from, device_from, model_from
 from memsim.model import Model
+from memsim.runtime import runtime_names
 from memsim.serving import SCHEDULING, Serving, serve
 from memsim.speculative import Acceptance, closed_form_tokens, speculative
 from memsim.units import format_quantity
@@ -39,8 +40,7 @@ from memsim.workload import Decode, Prefill
 
 DECODE_METRICS = ("tokens_per_s_per_user", "ms_per_token", "tokens_per_s_total")
 METRICS = DECODE_METRICS + ("ttft_ms", "speedup")
-RUNTIMES = ("llama.cpp-cuda", "llama.cpp-metal", "hf-eager", "gpt-fast", "vllm", "sglang",
-            "trt-llm", "neuron", "jetstream", "mlc-llm", "vendor")
+RUNTIMES = tuple(runtime_names())    # the catalog's, derived files (vllm-0.6-rocm) included
 SPEC_METHODS = ("draft", "heads", "ngram")
 REQUIRED = ("id", "device", "model", "weights", "software", "runtime", "batch", "context",
             "metric", "value", "source")
