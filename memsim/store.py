@@ -137,22 +137,24 @@ class Store:
     def add_many(self, study: str, rows: Iterable[tuple], version: str) -> int:
         """Insert points ``(key, inputs, figures, error, seconds)`` in one transaction, committed
         once (a chunk of a sweep arrives whole; a commit per row cost 70-170 us of the parent's
-        time at a millisecond a point); returns the rows added. Inputs and figures are data, or
-        the texts :func:`encoded` made of them (a sweep's workers encode their own rows). A
-        refused row (non-finite figures: ValueError) writes none of them."""
-        added = 0
+        time at a millisecond a point), as two executemany calls; returns the rows added (inserted,
+        or replacing another version's). Inputs and figures are data, or the texts
+        :func:`encoded` made of them (a sweep's workers encode their own rows). A refused row
+        (non-finite figures: ValueError) writes none of them."""
+        written = time.time()
         with self.db:
-            for key, inputs, figures, error, seconds in rows:
-                inputs_text, figures_text = encoded(inputs, figures)
-                cursor = self.db.execute(
-                    "INSERT INTO points VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (key) DO "
-                    "UPDATE SET study = excluded.study, inputs = excluded.inputs, "
-                    "figures = excluded.figures, error = excluded.error, "
-                    "version = excluded.version, seconds = excluded.seconds, "
-                    "written = excluded.written WHERE points.version != excluded.version",
-                    (key, study, inputs_text, figures_text, error, version, seconds, time.time()))
-                self.db.execute("INSERT OR IGNORE INTO members VALUES (?, ?)", (study, key))
-                added += cursor.rowcount == 1
+            encoded_rows = [(key, study, *encoded(inputs, figures), error, version, seconds,
+                             written) for key, inputs, figures, error, seconds in rows]
+            cursor = self.db.executemany(
+                "INSERT INTO points VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (key) DO "
+                "UPDATE SET study = excluded.study, inputs = excluded.inputs, "
+                "figures = excluded.figures, error = excluded.error, "
+                "version = excluded.version, seconds = excluded.seconds, "
+                "written = excluded.written WHERE points.version != excluded.version",
+                encoded_rows)
+            added = cursor.rowcount
+            self.db.executemany("INSERT OR IGNORE INTO members VALUES (?, ?)",
+                                [(study, row[0]) for row in encoded_rows])
         return added
 
     def rows(self, study: str | None = None) -> list[dict[str, Any]]:
