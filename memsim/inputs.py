@@ -30,12 +30,13 @@ import typing
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
 from memsim.device import Device, Link, device as catalog_device, freeze, thaw
 from memsim.datafile import tomllib
 from memsim.errors import ConfigError
-from memsim.model import Model, check_model, model as catalog_model
+from memsim.model import Model, check_model, is_model_path, model as catalog_model
 from memsim.workload import Decode
 
 DECODE_FIELDS = tuple(f.name for f in dataclasses.fields(Decode))
@@ -207,12 +208,39 @@ def device_from(request: DeviceRequest | Device | str, **what_ifs: Any) -> Devic
         request = DeviceRequest(request, **what_ifs)
     elif what_ifs:
         request = dataclasses.replace(request, **what_ifs)
-    return _device_cached(request)
+    return _device_cached(request, device_stamp(request.device))
 
 
 @lru_cache(maxsize=64)
-def _device_cached(request: DeviceRequest) -> Device:
+def _device_cached(request: DeviceRequest, stamp: tuple[int, int, int] | None) -> Device:
+    """The request's device; ``stamp`` (:func:`device_stamp`) keys the cache only."""
     return _apply(catalog_device(request.device), request)
+
+
+def device_stamp(name: str) -> tuple[int, int, int] | None:
+    """:func:`file_stamp` of a device named by path (a ``.toml``); None for a catalog name."""
+    return file_stamp(name) if name.endswith(".toml") else None
+
+
+def model_stamp(name: str) -> tuple[int, int, int] | None:
+    """:func:`file_stamp` of a model named by path (a file or a HuggingFace folder's
+    config.json); None for a catalog name."""
+    if not is_model_path(name):
+        return None
+    path = Path(name)
+    return file_stamp(path / "config.json" if path.is_dir() else path)
+
+
+def file_stamp(path: str | Path) -> tuple[int, int, int] | None:
+    """What a file holds now, as the caches of files named by path key it: its inode, size and
+    modification time, so that a device or model file edited in a running process is read
+    again instead of answering with the figures it held before. None when it cannot be read
+    (its loader then says why)."""
+    try:
+        stat = Path(path).stat()
+    except OSError:
+        return None
+    return stat.st_ino, stat.st_size, stat.st_mtime_ns
 
 
 def _apply(dev: Device, request: DeviceRequest) -> Device:
@@ -223,17 +251,18 @@ def _apply(dev: Device, request: DeviceRequest) -> Device:
 
 
 def model_from(name: Model | str) -> Model:
-    """A catalog model by name, or a model file by path (cached); a Model built in Python is held
-    to a model file's limits (:func:`memsim.model.check_model`)."""
+    """A catalog model by name, or a model file by path (cached until the file changes); a Model
+    built in Python is held to a model file's limits (:func:`memsim.model.check_model`)."""
     if isinstance(name, Model):
         return check_model(name)
     if not isinstance(name, str) or not name.strip():
         raise ConfigError(f"expected a model name or file, got {name!r}", field="model")
-    return _model_cached(name)
+    return _model_cached(name, model_stamp(name))
 
 
 @lru_cache(maxsize=32)
-def _model_cached(name: str) -> Model:
+def _model_cached(name: str, stamp: tuple[int, int, int] | None) -> Model:
+    """The model ``name``; ``stamp`` (:func:`model_stamp`) keys the cache only."""
     return catalog_model(name)
 
 

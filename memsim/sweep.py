@@ -31,7 +31,8 @@ from typing import Any, TextIO
 
 from memsim.emulate import run_system
 from memsim.errors import ConfigError
-from memsim.inputs import decode_from, device_from, model_from, request_of
+from memsim.inputs import (decode_from, device_from, device_stamp, model_from, model_stamp,
+                           request_of)
 from memsim.plan import is_timing_path, plan_system, retarget
 from memsim.speculative import speculative
 from memsim.store import Store, encoded, write_rows
@@ -102,7 +103,8 @@ PLAN_CACHE = 16
 def _plan(point: Point, dev: Any, mod: Any) -> Any:
     """The point's system plan; a plan made for a point that differs only in timing figures
     (bandwidths, latencies, energies, peaks) is reused with the figures swapped."""
-    shape = (point.device, point.model, point.add_tiers, point.workload,
+    shape = (point.device, device_stamp(point.device), point.model, model_stamp(point.model),
+             point.add_tiers, point.workload,
              tuple(kv for kv in point.overrides if not is_timing_path(kv[0])))
     cached = _PLANS.get(shape)
     if cached is not None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from importlib import resources
 
 import pytest
 
@@ -113,3 +114,52 @@ def test_a_valid_model_built_in_python_runs_as_given():
     small = dataclasses.replace(memsim.model("llama-3.2-1b"), layers=4)
     assert model_from(small) is small
     assert memsim.emulate("h100-sxm", small, context=128).time_per_token > 0
+
+
+def _catalog_text(package: str, name: str) -> str:
+    return (resources.files(package) / f"{name}.toml").read_text(encoding="utf-8")
+
+
+def _rewrite(path, old: str, new: str) -> None:
+    """Edit a file so that its size changes too (the caches key on size and modification time)."""
+    text = path.read_text()
+    assert old in text
+    path.write_text(text.replace(old, new, 1))
+
+
+def test_a_device_file_edited_in_a_running_process_is_read_again(tmp_path):
+    """The what-if workflow: copy a device file, run, edit a figure, run again. The second run
+    answers with the edited figure (it answered with the first file's before); an unchanged
+    file is still read once."""
+    path = tmp_path / "my-h100.toml"
+    path.write_text(_catalog_text("memsim.devices", "h100-sxm"))
+    first = device_from(str(path))
+    assert device_from(str(path)) is first
+    before = memsim.emulate(str(path), "llama-3.2-1b", context=256).time_per_token
+    _rewrite(path, 'sustained_bandwidth = "2.8 TB/s"', 'sustained_bandwidth = "1.4 TB/s"')
+    assert device_from(str(path)).main_memory.sustained_bandwidth == 1.4e12
+    after = memsim.emulate(str(path), "llama-3.2-1b", context=256).time_per_token
+    assert after > before
+
+
+def test_a_model_file_edited_in_a_running_process_is_read_again(tmp_path):
+    path = tmp_path / "my-model.toml"
+    path.write_text(_catalog_text("memsim.models", "llama-3.2-1b"))
+    layers = model_from(str(path)).layers
+    assert model_from(str(path)) is model_from(str(path))
+    _rewrite(path, f"layers = {layers}", f"layers = {layers // 2}")
+    assert model_from(str(path)).layers == layers // 2
+
+
+def test_a_sweep_plans_an_edited_device_file_again(tmp_path):
+    """A study point names its device by path: a point run after the file changed is planned
+    from the new file (the per-process plan cache keyed on the path alone reused the old plan),
+    here a capacity that no longer holds the model."""
+    from memsim.sweep import evaluate
+    from memsim.study import Point
+    path = tmp_path / "my-h100.toml"
+    path.write_text(_catalog_text("memsim.devices", "h100-sxm"))
+    point = Point(device=str(path), model="llama-3-8b")
+    assert evaluate(point)[3] is None
+    _rewrite(path, 'capacity = "80 GB"', 'capacity = "8 GB"')
+    assert "8,000,000,000 B" in (evaluate(point)[3] or "")
