@@ -149,3 +149,15 @@ def require_bool(value: Any, *, file: str, field: str) -> bool:
     if not isinstance(value, bool):
         raise ConfigError(f"expected true or false, got {value!r}", file=file, field=field)
     return value
+
+
+def file_stamp(path: str | Path) -> tuple[int, int, int] | None:
+    """What a file holds now, as the caches of files named by path key it: its inode, size and
+    modification time, so that a device, model or runtime file edited in a running process is
+    read again instead of answering with the figures it held before. None when it cannot be
+    read (its loader then says why)."""
+    try:
+        stat = Path(path).stat()
+    except OSError:
+        return None
+    return stat.st_ino, stat.st_size, stat.st_mtime_ns

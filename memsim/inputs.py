@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from memsim.device import Device, Link, device as catalog_device, freeze, thaw
-from memsim.datafile import tomllib
+from memsim.datafile import file_stamp, tomllib
 from memsim.errors import ConfigError
 from memsim.model import Model, check_model, is_model_path, model as catalog_model
 from memsim.workload import Decode
@@ -229,18 +229,6 @@ def model_stamp(name: str) -> tuple[int, int, int] | None:
         return None
     path = Path(name)
     return file_stamp(path / "config.json" if path.is_dir() else path)
-
-
-def file_stamp(path: str | Path) -> tuple[int, int, int] | None:
-    """What a file holds now, as the caches of files named by path key it: its inode, size and
-    modification time, so that a device or model file edited in a running process is read
-    again instead of answering with the figures it held before. None when it cannot be read
-    (its loader then says why)."""
-    try:
-        stat = Path(path).stat()
-    except OSError:
-        return None
-    return stat.st_ino, stat.st_size, stat.st_mtime_ns
 
 
 def _apply(dev: Device, request: DeviceRequest) -> Device:

@@ -29,8 +29,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from memsim.datafile import (catalog_names, check_keys, read_catalog_entry, read_toml_file,
-                             require_bool, require_int, require_str, require_table)
+from memsim.datafile import (catalog_names, check_keys, file_stamp, read_catalog_entry,
+                             read_toml_file, require_bool, require_int, require_str,
+                             require_table)
 from memsim.derive import holds_figures, resolve_base
 from memsim.errors import ConfigError
 from memsim.handoff import Pipeline, pipeline_of
@@ -383,10 +384,18 @@ def _catalog_runtime(name: str) -> Runtime:
 
 
 def runtime(name: str) -> Runtime:
-    """A catalog runtime by name (``vllm``), parsed once per process, or a runtime file by path."""
+    """A catalog runtime by name (``vllm``), parsed once per process, or a runtime file by path
+    (``.toml``), parsed again when the file changes."""
     if name.endswith(".toml"):
-        return load_runtime(name)
+        return _file_runtime(name, file_stamp(name))
     return _catalog_runtime(name)
+
+
+@functools.lru_cache(maxsize=32)
+def _file_runtime(path: str, stamp: tuple[int, int, int] | None) -> Runtime:
+    """The runtime file at ``path``; ``stamp`` (:func:`memsim.datafile.file_stamp`) keys the
+    cache only."""
+    return load_runtime(path)
 
 
 # --- collective libraries ---------------------------------------------------------------------

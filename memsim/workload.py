@@ -13,7 +13,7 @@ from typing import Any
 from memsim.checkpoints import usual_activations, weight_formats
 from memsim.errors import ConfigError
 from memsim.formats import get_format
-from memsim.runtime import Runtime, runtime_names
+from memsim.runtime import Runtime, runtime, runtime_names
 
 RESIDENCY_POLICIES = ("auto", "lru", "pinned")
 ACTIVATION_FORMATS = ("bf16", "fp16", "fp32", "fp8-e4m3", "fp8-e5m2", "fp8-e4m3-b128", "mxfp8",
@@ -93,9 +93,9 @@ class Decode:
         :mod:`memsim.routing`).
     draft_heads : self-drafting heads (Medusa style) run after the LM head on each sequence's
         last position: each a residual block (hidden x hidden) and its own vocabulary projection.
-    runtime : the software stack (``runtimes/*.toml``, ``memsim.runtime``): a name, a
-        :class:`~memsim.runtime.Runtime` (a what-if), or ``auto`` for the one the device file
-        names (``vendor`` when it names none).
+    runtime : the software stack (``runtimes/*.toml``, ``memsim.runtime``): a name, a runtime
+        file's path (``.toml``), a :class:`~memsim.runtime.Runtime` (a what-if), or ``auto``
+        for the one the device file names (``vendor`` when it names none).
     placement : ``{selector: tier}`` overrides, applied in order, e.g. ``{"kv": "cxl"}``,
         ``{"weights[40:80]": "cxl"}``, ``{"weights": "cxl:0.3"}`` (the last 30% of each weight's
         column tiles; for a KV cache, its oldest blocks). See :mod:`memsim.layout`.
@@ -181,9 +181,12 @@ class Decode:
                               f"{self.policy!r}", field="policy")
         object.__setattr__(self, "placement", _placement_pairs(self.placement))
         if isinstance(self.runtime, str):
-            if self.runtime != "auto" and self.runtime not in runtime_names():
-                raise ConfigError(f"expected 'auto' or one of {', '.join(runtime_names())}, got "
-                                  f"{self.runtime!r}", field="runtime")
+            if self.runtime.endswith(".toml"):
+                runtime(self.runtime)          # read and checked now: errors name the file
+            elif self.runtime != "auto" and self.runtime not in runtime_names():
+                raise ConfigError(f"expected 'auto', a runtime file (.toml) or one of "
+                                  f"{', '.join(runtime_names())}, got {self.runtime!r}",
+                                  field="runtime")
         elif not isinstance(self.runtime, Runtime):
             raise ConfigError(f"expected a runtime name or a Runtime, got {self.runtime!r}",
                               field="runtime")

@@ -481,3 +481,39 @@ def test_one_chip_per_node_is_the_flat_network_model():
     assert collective_time(*args) == collective_time(*args, chips_per_node=1,
                                                      intra_link_kind="nvlink",
                                                      intra_link_latency_s=1e-6)
+
+
+def _stack_file(tmp_path, host: str = "1 ms", cited: bool = True):
+    path = tmp_path / "my-vllm.toml"
+    sources = f'\n[sources]\n"host_per_step" = "[E] a test"\n' if cited else ""
+    path.write_text(f'schema_version = 1\nname = "my-vllm"\nbase = "vllm"\n'
+                    f'description = "vllm with a slower host"\nhost_per_step = "{host}"\n'
+                    + sources)
+    return path
+
+
+def test_a_workload_runs_on_a_runtime_file_by_path(tmp_path):
+    """A runtime written by a user (docs/runtime-format.md invites it) runs as a catalog one
+    does: by path from Python, the CLI and studies alike; the one figure it replaces moves the
+    step by exactly that figure's difference."""
+    path = _stack_file(tmp_path)
+    mine = memsim.emulate("h100-sxm", "llama-3.2-1b", context=256, runtime=str(path))
+    base = memsim.emulate("h100-sxm", "llama-3.2-1b", context=256, runtime="vllm")
+    assert mine.time_per_token - base.time_per_token == pytest.approx(1e-3 - 0.4e-3, rel=1e-9)
+
+
+def test_a_bad_runtime_file_is_one_error_naming_the_file(tmp_path):
+    path = _stack_file(tmp_path, cited=False)
+    with pytest.raises(ConfigError, match="cite its own source") as info:
+        memsim.Decode(runtime=str(path))
+    assert info.value.file == str(path)
+    with pytest.raises(ConfigError, match="cannot read file"):
+        memsim.Decode(runtime=str(tmp_path / "missing.toml"))
+
+
+def test_an_edited_runtime_file_is_read_again(tmp_path):
+    path = _stack_file(tmp_path, host="1 ms")
+    assert runtime(str(path)) is runtime(str(path))
+    assert runtime(str(path)).host_per_step_s == 1e-3
+    _stack_file(tmp_path, host="2.5 ms")
+    assert runtime(str(path)).host_per_step_s == 2.5e-3
