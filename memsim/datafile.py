@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
 import sys
 from collections.abc import Iterable, Mapping
+from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -161,3 +163,19 @@ def file_stamp(path: str | Path) -> tuple[int, int, int] | None:
     except OSError:
         return None
     return stat.st_ino, stat.st_size, stat.st_mtime_ns
+
+
+def file_digest(path: str | Path) -> str | None:
+    """A digest of what a file holds now (the first 16 hex digits of its SHA-256), read again
+    only when its :func:`file_stamp` changes; None when it cannot be read."""
+    stamp = file_stamp(path)
+    return None if stamp is None else _digest(str(path), stamp)
+
+
+@lru_cache(maxsize=256)
+def _digest(path: str, stamp: tuple[int, int, int]) -> str | None:
+    """``stamp`` keys the cache only."""
+    try:
+        return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16]
+    except OSError:
+        return None

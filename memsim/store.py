@@ -2,7 +2,9 @@
 
 A row holds the point's key, its study, its inputs, its figures (or the error that stopped it),
 memsim's version and how long it took. Rows are inserted once per memsim version (the first write
-of a key wins; a row another version wrote is replaced when this one computes the point again) and
+of a key wins; a row another version wrote is replaced when this one computes the point again, as
+is a row computed from other contents of a device, model or runtime file the point names by path,
+which its inputs' ``files`` record) and
 each chunk a worker returns is committed as it arrives, so a study killed at any moment keeps every
 chunk it wrote, and a rerun computes only the points the store does not hold at this version.
 
@@ -121,6 +123,17 @@ class Store:
         return {row[0] for row in self.db.execute("SELECT key FROM points WHERE version = ?",
                                                   (version,))}
 
+    def files_of(self, keys: Iterable[str]) -> dict[str, Any]:
+        """The ``files`` the stored rows of ``keys`` record (each named file's digest when the
+        row was computed; None for a row that names none)."""
+        out = {}
+        for key in keys:
+            row = self.db.execute("SELECT json_extract(inputs, '$.files') FROM points "
+                                  "WHERE key = ?", (key,)).fetchone()
+            if row is not None:
+                out[key] = None if row[0] is None else json.loads(row[0])
+        return out
+
     def claim(self, study: str, keys: Iterable[str]) -> None:
         """Record that ``study`` asked for the points ``keys`` (held ones included)."""
         self.db.executemany("INSERT OR IGNORE INTO members VALUES (?, ?)",
@@ -138,7 +151,8 @@ class Store:
         """Insert points ``(key, inputs, figures, error, seconds)`` in one transaction, committed
         once (a chunk of a sweep arrives whole; a commit per row cost 70-170 us of the parent's
         time at a millisecond a point), as two executemany calls; returns the rows added (inserted,
-        or replacing another version's). Inputs and figures are data, or the texts
+        or replacing a row of another version or of other contents of the files the point names,
+        its inputs' ``files``). Inputs and figures are data, or the texts
         :func:`encoded` made of them (a sweep's workers encode their own rows). A refused row
         (non-finite figures: ValueError) writes none of them."""
         written = time.time()
@@ -150,7 +164,9 @@ class Store:
                 "UPDATE SET study = excluded.study, inputs = excluded.inputs, "
                 "figures = excluded.figures, error = excluded.error, "
                 "version = excluded.version, seconds = excluded.seconds, "
-                "written = excluded.written WHERE points.version != excluded.version",
+                "written = excluded.written WHERE points.version != excluded.version OR "
+                "json_extract(points.inputs, '$.files') IS NOT "
+                "json_extract(excluded.inputs, '$.files')",
                 encoded_rows)
             added = cursor.rowcount
             self.db.executemany("INSERT OR IGNORE INTO members VALUES (?, ?)",

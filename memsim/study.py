@@ -39,9 +39,10 @@ from dataclasses import MISSING, dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from memsim.datafile import read_toml_file
+from memsim.datafile import file_digest, read_toml_file
 from memsim.errors import ConfigError
 from memsim.inputs import freeze
+from memsim.model import is_model_path
 from memsim.units import NUMBER
 from memsim.workload import Decode
 
@@ -65,10 +66,32 @@ class Point:
     speculative: tuple[tuple[str, Any], ...] = ()
 
     def inputs(self) -> dict[str, Any]:
-        """Plain data, the store's record of the point."""
-        return {"device": self.device, "model": self.model, "workload": dict(self.workload),
+        """Plain data, the store's record of the point; with ``files`` (each file the point
+        names by path and a digest of its bytes, :meth:`file_digests`) when it names any."""
+        data = {"device": self.device, "model": self.model, "workload": dict(self.workload),
                 "set": dict(self.overrides), "add_tier": list(self.add_tiers),
                 "speculative": dict(self.speculative)}
+        files = self.file_digests()
+        if files:
+            data["files"] = files
+        return data
+
+    def named_files(self) -> tuple[str, ...]:
+        """The device, model, runtime, draft model and draft device the point names by path
+        (not by catalog name), in that order."""
+        workload, spec = dict(self.workload), dict(self.speculative)
+        candidates = ((self.device, _device_path), (self.model, is_model_path),
+                      (workload.get("runtime"), _device_path),
+                      (spec.get("draft"), is_model_path),
+                      (spec.get("draft_device"), _device_path))
+        return tuple(dict.fromkeys(name for name, is_path in candidates
+                                   if isinstance(name, str) and is_path(name)))
+
+    def file_digests(self) -> dict[str, str | None]:
+        """Each named file with a digest of what it holds now (None: it cannot be read): the
+        store keeps them with the row, and a rerun computes the point again when one changed
+        (the key does not change: the point is the same what-if of new figures)."""
+        return {name: file_digest(_digested_file(name)) for name in self.named_files()}
 
     @functools.cached_property
     def key(self) -> str:
@@ -78,6 +101,7 @@ class Point:
         unit (``"5TB/s"`` and ``"5 TB/s"`` are one point; ``"5000 GB/s"`` is another text).
         Computed once per point: a sweep asks for it several times a point."""
         inputs = self.inputs()
+        inputs.pop("files", None)
         inputs["workload"] = {k: v for k, v in inputs["workload"].items()
                               if not _is_default(k, v)}
         inputs["set"] = {k: _spaced_quantity(v) for k, v in inputs["set"].items()}
@@ -96,6 +120,17 @@ class Study:
 
     name: str
     points: tuple[Point, ...]
+
+
+def _device_path(name: str) -> bool:
+    """A device (or runtime) named by its file rather than by catalog name."""
+    return name.endswith(".toml")
+
+
+def _digested_file(name: str) -> Path:
+    """The file whose bytes stand for a named input: a model folder's config.json."""
+    path = Path(name)
+    return path / "config.json" if path.is_dir() else path
 
 
 def _is_default(name: str, value: Any) -> bool:

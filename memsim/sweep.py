@@ -245,7 +245,7 @@ def sweep(study: Study | Sequence[Point] | Mapping[str, Any],
     start = time.perf_counter()
     from memsim import __version__
     with Store(store) as results:
-        held = results.keys(version=__version__)
+        held = results.keys(version=__version__) - _edited(results, points)
         results.claim(study_name, (p.key for p in points))
         todo = [p for p in points if p.key not in held]
         bar = Progress(len(todo), sys.stderr if progress else None)
@@ -275,6 +275,14 @@ def sweep(study: Study | Sequence[Point] | Mapping[str, Any],
                        computed=len(todo), skipped=len(points) - len(todo), errors=len(errors),
                        seconds=time.perf_counter() - start,
                        first_error=errors[0] if errors else None)
+
+
+def _edited(results: Store, points: Sequence[Point]) -> set[str]:
+    """Keys of held points whose named files (:meth:`Point.named_files`) hold other contents
+    than when their rows were computed: the rows are computed again, not reused."""
+    named = [p for p in points if p.named_files()]
+    stored = results.files_of(p.key for p in named)
+    return {p.key for p in named if p.key in stored and stored[p.key] != p.file_digests()}
 
 
 def _die_with_parent(parent: int) -> None:

@@ -163,3 +163,35 @@ def test_a_sweep_plans_an_edited_device_file_again(tmp_path):
     assert evaluate(point)[3] is None
     _rewrite(path, 'capacity = "80 GB"', 'capacity = "8 GB"')
     assert "8,000,000,000 B" in (evaluate(point)[3] or "")
+
+
+def test_a_sweep_computes_again_the_points_of_an_edited_device_file(tmp_path):
+    """A rerun of a study whose device file was edited computes its points again (it kept the
+    rows of the old file's figures, 'already in the store'), replaces them in place (one row per
+    point, same key) and records the file's digest with each row; an unchanged file is skipped."""
+    from memsim.store import Store
+    from memsim.study import grid
+    path = tmp_path / "my-h100.toml"
+    path.write_text(_catalog_text("memsim.devices", "h100-sxm"))
+    store = tmp_path / "s.sqlite"
+    points = grid(device=str(path), model="llama-3.2-1b", batch=[1, 2], context=256)
+    first = memsim.sweep(points, store)
+    assert (first.computed, first.skipped) == (2, 0)
+    assert memsim.sweep(points, store).skipped == 2
+    keys = {p.key for p in points}
+    _rewrite(path, 'sustained_bandwidth = "2.8 TB/s"', 'sustained_bandwidth = "1.4 TB/s"')
+    again = memsim.sweep(points, store)
+    assert (again.computed, again.skipped) == (2, 0)
+    with Store(store) as results:
+        rows = results.rows()
+    assert {row["key"] for row in rows} == keys and len(rows) == 2
+    assert all(row["inputs"]["files"] == {str(path): points[0].file_digests()[str(path)]}
+               for row in rows)
+    slow = memsim.emulate(str(path), "llama-3.2-1b", context=256).time_per_token
+    assert sorted(row["figures"]["time_per_token_s"] for row in rows)[0] == pytest.approx(
+        slow, rel=1e-12)
+
+
+def test_a_catalog_point_records_no_files():
+    point = memsim.study.grid(device="h100-sxm", model="llama-3-8b")[0]
+    assert point.named_files() == () and "files" not in point.inputs()
