@@ -68,13 +68,17 @@ class Point:
     def inputs(self) -> dict[str, Any]:
         """Plain data, the store's record of the point; with ``files`` (each file the point
         names by path and a digest of its bytes, :meth:`file_digests`) when it names any."""
-        data = {"device": self.device, "model": self.model, "workload": dict(self.workload),
-                "set": dict(self.overrides), "add_tier": list(self.add_tiers),
-                "speculative": dict(self.speculative)}
+        data = self._asked()
         files = self.file_digests()
         if files:
             data["files"] = files
         return data
+
+    def _asked(self) -> dict[str, Any]:
+        """The point as it was asked for: what its key hashes."""
+        return {"device": self.device, "model": self.model, "workload": dict(self.workload),
+                "set": dict(self.overrides), "add_tier": list(self.add_tiers),
+                "speculative": dict(self.speculative)}
 
     def named_files(self) -> tuple[str, ...]:
         """The device, model, runtime, draft model and draft device the point names by path
@@ -100,8 +104,7 @@ class Point:
         point, and one row), and a quantity's text is keyed with one space between its number and
         unit (``"5TB/s"`` and ``"5 TB/s"`` are one point; ``"5000 GB/s"`` is another text).
         Computed once per point: a sweep asks for it several times a point."""
-        inputs = self.inputs()
-        inputs.pop("files", None)
+        inputs = self._asked()
         inputs["workload"] = {k: v for k, v in inputs["workload"].items()
                               if not _is_default(k, v)}
         inputs["set"] = {k: _spaced_quantity(v) for k, v in inputs["set"].items()}
