@@ -30,13 +30,13 @@ import typing
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from pathlib import Path
 from typing import Any
 
 from memsim.device import Device, Link, device as catalog_device, freeze, thaw
 from memsim.datafile import file_stamp, tomllib
 from memsim.errors import ConfigError
-from memsim.model import Model, check_model, is_model_path, model as catalog_model
+from memsim.model import (Model, check_model, is_model_path, model as catalog_model,
+                          model_source)
 from memsim.workload import Decode
 
 DECODE_FIELDS = tuple(f.name for f in dataclasses.fields(Decode))
@@ -225,10 +225,7 @@ def device_stamp(name: str) -> tuple[int, int, int] | None:
 def model_stamp(name: str) -> tuple[int, int, int] | None:
     """:func:`file_stamp` of a model named by path (a file or a HuggingFace folder's
     config.json); None for a catalog name."""
-    if not is_model_path(name):
-        return None
-    path = Path(name)
-    return file_stamp(path / "config.json" if path.is_dir() else path)
+    return file_stamp(model_source(name)) if is_model_path(name) else None
 
 
 def _apply(dev: Device, request: DeviceRequest) -> Device:

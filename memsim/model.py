@@ -499,12 +499,10 @@ def load_model(path: str | Path) -> Model:
     ConfigError
         Naming the file and field, for any file memsim cannot read as a model.
     """
-    path = Path(path)
-    if path.is_dir():
-        if not (path / "config.json").is_file():
-            raise ConfigError("a folder without a config.json; give a model TOML or a "
-                              "HuggingFace config.json", file=str(path))
-        path = path / "config.json"
+    folder, path = Path(path), model_source(path)
+    if folder.is_dir() and not path.is_file():
+        raise ConfigError("a folder without a config.json; give a model TOML or a "
+                          "HuggingFace config.json", file=str(folder))
     text = read_model_text(path)
     if _is_json(path, text):
         from memsim.hf_config import parse_hf_config     # a sibling data module, loaded on use
@@ -533,6 +531,13 @@ def _catalog_model(name: str) -> Model:
     """A catalog model, parsed once per process (Model is frozen, so sharing it is safe)."""
     data, file = read_catalog_entry("memsim.models", name, kind="model", folder="memsim/models")
     return parse_model(data, file=file)
+
+
+def model_source(path: str | Path) -> Path:
+    """The file a model named by path is read from: the file, or a folder's config.json (a
+    downloaded HuggingFace model)."""
+    path = Path(path)
+    return path / "config.json" if path.is_dir() else path
 
 
 def is_model_path(name: str) -> bool:

@@ -42,7 +42,7 @@ from typing import Any
 from memsim.datafile import file_digest, read_toml_file
 from memsim.errors import ConfigError
 from memsim.inputs import freeze
-from memsim.model import is_model_path
+from memsim.model import is_model_path, model_source
 from memsim.units import NUMBER
 from memsim.workload import Decode
 
@@ -92,10 +92,11 @@ class Point:
                                    if isinstance(name, str) and is_path(name)))
 
     def file_digests(self) -> dict[str, str | None]:
-        """Each named file with a digest of what it holds now (None: it cannot be read): the
-        store keeps them with the row, and a rerun computes the point again when one changed
-        (the key does not change: the point is the same what-if of new figures)."""
-        return {name: file_digest(_digested_file(name)) for name in self.named_files()}
+        """Each named file with a digest of what it holds now (a model folder's: its config.json;
+        None: it cannot be read): the store keeps them with the row, and a rerun computes the
+        point again when one changed (the key does not change: the point is the same what-if
+        of new figures)."""
+        return {name: file_digest(model_source(name)) for name in self.named_files()}
 
     @functools.cached_property
     def key(self) -> str:
@@ -128,12 +129,6 @@ class Study:
 def _device_path(name: str) -> bool:
     """A device (or runtime) named by its file rather than by catalog name."""
     return name.endswith(".toml")
-
-
-def _digested_file(name: str) -> Path:
-    """The file whose bytes stand for a named input: a model folder's config.json."""
-    path = Path(name)
-    return path / "config.json" if path.is_dir() else path
 
 
 def _is_default(name: str, value: Any) -> bool:
