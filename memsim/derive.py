@@ -47,13 +47,15 @@ def holds_figures(path: str) -> bool:
     return path != "collective.one_shot_max_bytes" and not path.startswith("gemv.")
 
 
-def figure_paths(data: Mapping[str, Any], prefix: str = "") -> list[str]:
-    """Dotted paths of a runtime file's figures: every value outside its header and
-    ``[sources]``, one per figure as ``[sources]`` cites them."""
+def figure_paths(data: Mapping[str, Any], prefix: str = "", *,
+                 skip: tuple[str, ...] = HEADER_KEYS) -> list[str]:
+    """Dotted paths of a runtime file's figures, in file order: every value outside its
+    top-level ``skip`` keys (the header and ``[sources]``), one per figure as ``[sources]``
+    cites them."""
     paths = []
     for key, value in data.items():
         path = prefix + key
-        if not prefix and key in HEADER_KEYS:
+        if not prefix and key in skip:
             continue
         if isinstance(value, Mapping) and holds_figures(path):
             paths += figure_paths(value, path + ".")

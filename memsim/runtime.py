@@ -32,7 +32,7 @@ from typing import Any
 from memsim.datafile import (catalog_names, check_keys, file_stamp, read_catalog_entry,
                              read_toml_file, require_bool, require_int, require_str,
                              require_table)
-from memsim.derive import holds_figures, resolve_base
+from memsim.derive import figure_paths, resolve_base
 from memsim.errors import ConfigError
 from memsim.handoff import Pipeline, pipeline_of
 from memsim.instructions import InstructionMix, parse_mixes
@@ -856,19 +856,11 @@ def _source_of(path: str, sources: Mapping[str, str]) -> str | None:
     return None
 
 
-def _figure_rows(data: Mapping[str, Any], sources: Mapping[str, str],
-                 prefix: str = "") -> list[dict[str, Any]]:
+def _figure_rows(data: Mapping[str, Any], sources: Mapping[str, str]) -> list[dict[str, Any]]:
     """One row per figure of a data file, in file order: path, value as written, source."""
-    rows = []
-    for key, value in data.items():
-        path = prefix + key
-        if not prefix and key in _NOT_FIGURES:
-            continue
-        if isinstance(value, Mapping) and holds_figures(path):
-            rows += _figure_rows(value, sources, path + ".")
-            continue
-        rows.append({"field": path, "value": _shown(value), "source": _source_of(path, sources)})
-    return rows
+    return [{"field": path, "value": _shown(_get_path(data, path)),
+             "source": _source_of(path, sources)}
+            for path in figure_paths(data, skip=_NOT_FIGURES)]
 
 
 def _shown(value: Any) -> str:
