@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from memsim import kernel_rows
 from memsim.compare import compare_device
 from memsim.datafile import check_keys, read_toml_file, require_int, require_str
 from memsim.device import Device
@@ -594,6 +595,9 @@ def render(rows: Sequence[Row], folder: Path) -> str:
     lines += _serving_table([r for r in rows if r.is_serving])
     lines += _speculative_table([r for r in rows if r.is_speculative])
     lines += _unpredictable_lines(rows)
+    tables = kernel_rows.load_tables(folder)
+    lines += kernel_rows.render(tables, kernel_rows.predict(tables, folder, resolve_device,
+                                                            resolve_model))
     worst = sorted((r for r in rows if r.error is not None), key=lambda r: -abs(r.error))[:10]
     lines += ["## The worst rows, explained", ""]
     for r in worst:
