@@ -155,8 +155,10 @@ def median_abs_error(rows: Sequence[KernelRow]) -> float:
     return statistics.median(abs(r.error) for r in rows)
 
 
-def render(tables: Sequence[dict[str, Any]], rows: Sequence[KernelRow]) -> list[str]:
-    """The report's kernel section: per table its source, its median and every row."""
+def render(tables: Sequence[dict[str, Any]], rows: Sequence[KernelRow],
+           findings: dict[str, str] | None = None) -> list[str]:
+    """The report's kernel section: per table its source, its median, what its rows show
+    (``findings`` keyed by table id) and every row."""
     if not rows:
         return []
     lines = ["## Kernel rows (one weight matmul)", "",
@@ -174,8 +176,10 @@ def render(tables: Sequence[dict[str, Any]], rows: Sequence[KernelRow]) -> list[
         lines += [f"### {table['id']} ({table['device']}, {table['weights']} weights, "
                   f"{table['activations']} activations, runtime {table['runtime']})", "",
                   f"{table['library']}. Source: {table['source']}. {table.get('note', '')}", "",
-                  medians + ".", "",
-                  "| model | tp | op | M | N x K | measured us | memsim us | error | measured "
+                  medians + ".", ""]
+        if findings and table["id"] in findings:
+            lines += [f"What the rows show: {findings[table['id']]}", ""]
+        lines += ["| model | tp | op | M | N x K | measured us | memsim us | error | measured "
                   "TB/s | memsim TB/s | memsim bound by |",
                   "|---|---|---|---|---|---|---|---|---|---|---|"]
         for r in mine:

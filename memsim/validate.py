@@ -597,7 +597,7 @@ def render(rows: Sequence[Row], folder: Path) -> str:
     lines += _unpredictable_lines(rows)
     tables = kernel_rows.load_tables(folder)
     lines += kernel_rows.render(tables, kernel_rows.predict(tables, folder, resolve_device,
-                                                            resolve_model))
+                                                            resolve_model), findings)
     worst = sorted((r for r in rows if r.error is not None), key=lambda r: -abs(r.error))[:10]
     lines += ["## The worst rows, explained", ""]
     for r in worst:
