@@ -401,6 +401,20 @@ def _file_runtime(path: str, stamp: tuple[int, int, int] | None) -> Runtime:
 # --- collective libraries ---------------------------------------------------------------------
 
 @dataclass(frozen=True)
+class MscclAlgorithm:
+    """One of RCCL's MSCCL all-reduce algorithms: the message sizes its file takes and its time,
+    ``latency_s + 2 (n-1)/n x bytes / (link bandwidth x efficiency)`` (each chip sends its
+    shares to every peer, then the reduced shares back: two all-pairs exchanges)."""
+
+    name: str
+    protocol: str
+    min_bytes: int
+    max_bytes: int
+    latency_s: float
+    efficiency: float
+
+
+@dataclass(frozen=True)
 class CollectiveLibrary:
     """A collective library's time model, in base SI units.
 
@@ -426,6 +440,9 @@ class CollectiveLibrary:
     file: str
     data: dict[str, Any] = field(repr=False, compare=False, hash=False)
     small_batch_gemv: bool = False    # small-M matmuls run as GEMVs on the vector units
+    msccl: tuple[MscclAlgorithm, ...] = ()   # RCCL's MSCCL all-reduces, by size
+    msccl_chips: int = 0                     # ... on this many chips
+    msccl_link: str = ""                     # ... of one domain of this link kind
 
 
 def _algo_proto_table(table: Any, *, file: str, field: str, dimension: str) -> dict[str, float]:
@@ -463,10 +480,39 @@ def _corrections(table: Any, *, file: str) -> tuple[tuple[str, tuple[float, ...]
     return tuple(out)
 
 
+def _parse_msccl(table: Any, *, file: str) -> tuple[tuple[MscclAlgorithm, ...], int, str]:
+    """``[msccl]``: the chips and link its algorithms run on, and one table per algorithm."""
+    table = require_table(table, file=file, field="msccl")
+    algorithms = [key for key in table if key not in ("chips", "link")]
+    check_keys(table, required=("chips", "link"), optional=algorithms, file=file,
+               prefix="msccl.")
+    out = []
+    for name in algorithms:
+        where = f"msccl.{name}"
+        row = require_table(table[name], file=file, field=where)
+        check_keys(row, required=("protocol", "min_size", "max_size", "latency", "efficiency"),
+                   file=file, prefix=where + ".")
+        low, high = (int(parse_quantity(row[key], "capacity", file=file, field=f"{where}.{key}"))
+                     for key in ("min_size", "max_size"))
+        if high < max(low, 1):
+            raise ConfigError(f"expected a max_size of at least min_size and 1 B, got "
+                              f"{row['max_size']!r}", file=file, field=f"{where}.max_size")
+        out.append(MscclAlgorithm(
+            name=name, protocol=require_str(row["protocol"], file=file,
+                                            field=f"{where}.protocol", choices=PROTOCOLS),
+            min_bytes=low, max_bytes=high,
+            latency_s=_time(row, "latency", file=file, prefix=where + "."),
+            efficiency=_ratio(row["efficiency"], file=file, field=f"{where}.efficiency",
+                              positive=True)))
+    return (tuple(sorted(out, key=lambda a: a.min_bytes)),
+            require_int(table["chips"], file=file, field="msccl.chips", minimum=2),
+            require_str(table["link"], file=file, field="msccl.link", choices=LINK_KINDS))
+
+
 _TUNED_REQUIRED = ("base_latency", "hw_latency", "bandwidth_factor", "repository", "commit",
                    "file", "version", "ring_network_row", "ll128_rows")
 _TUNED_OPTIONAL = ("ll_max_bandwidth", "ll_max_bandwidth_network", "tree_correction",
-                   "net_overhead")
+                   "net_overhead", "msccl")
 
 
 def parse_collective_library(data: Mapping[str, Any], *, file: str) -> CollectiveLibrary:
@@ -501,6 +547,8 @@ def parse_collective_library(data: Mapping[str, Any], *, file: str) -> Collectiv
     check_keys(hw, required=HW_ROWS, file=file, prefix="hw_latency.")
     factors = require_table(data["bandwidth_factor"], file=file, field="bandwidth_factor")
     check_keys(factors, required=("intra", "network"), file=file, prefix="bandwidth_factor.")
+    msccl, msccl_chips, msccl_link = (_parse_msccl(data["msccl"], file=file) if "msccl" in data
+                                      else ((), 0, ""))
     rows = data["ll128_rows"]
     if not isinstance(rows, list):
         raise ConfigError(f"expected a list of rows from {', '.join(HW_ROWS)}", file=file,
@@ -527,7 +575,8 @@ def parse_collective_library(data: Mapping[str, Any], *, file: str) -> Collectiv
                          for r in rows),
         net_overhead_s=_time(data, "net_overhead", file=file, prefix="") if "net_overhead" in data
         else 0.0,
-        simple_latency_s=0.0, simple_efficiency=1.0)
+        simple_latency_s=0.0, simple_efficiency=1.0,
+        msccl=msccl, msccl_chips=msccl_chips, msccl_link=msccl_link)
 
 
 def collective_library_names() -> list[str]:
@@ -551,8 +600,8 @@ class CollectiveTime:
 
     ``seconds = latency_s + bandwidth_s``. ``algorithm`` is ``ring``, ``tree``, ``p2p``
     (all-to-all as grouped sends), ``direct`` (all-to-all in the simple model), ``one-shot`` or
-    ``two-shot`` (a custom all-reduce: protocol ``custom``, ``library`` the stack's name), or
-    ``none`` for a call on one chip.
+    ``two-shot`` (a custom all-reduce: protocol ``custom``, ``library`` the stack's name),
+    ``allpairs`` (RCCL's MSCCL all-reduce), or ``none`` for a call on one chip.
     """
 
     seconds: float
@@ -638,7 +687,10 @@ def collective_candidates(runtime: Runtime, kind: str, message_bytes: int, chips
 
     The (algorithm, protocol) pairs the library's tuner considers for this link, and the
     custom one-shot (where the stack's size rule allows it) and two-shot kernels where the
-    stack has them and the message fits. Arguments as :func:`collective_time`.
+    stack has them and the message fits; where no custom kernel takes an all-reduce, the
+    library's MSCCL all-pairs algorithm for this size on its domain (RCCL on 8 chips of one
+    Infinity Fabric domain), which RCCL runs without asking its tuner. Arguments as
+    :func:`collective_time`.
     """
     _check_call(kind, message_bytes, chips, link_kind, link_bandwidth_bytes_per_s,
                 link_latency_s, hops)
@@ -665,6 +717,9 @@ def collective_candidates(runtime: Runtime, kind: str, message_bytes: int, chips
                                                                      message_bytes):
         candidates += _custom_times(custom, runtime.name, message_bytes, chips,
                                     link_bandwidth_bytes_per_s)
+    elif (kind == "all_reduce" and chips == library.msccl_chips
+          and link_kind == library.msccl_link):
+        candidates += _msccl_time(library, message_bytes, chips, link_bandwidth_bytes_per_s)
     return tuple(candidates)
 
 
@@ -824,6 +879,25 @@ def _simple_time(library: CollectiveLibrary, kind: str, message_bytes: int, chip
     algorithm = "direct" if kind == "all_to_all" else "ring"
     return _candidate(library.name, algorithm, "simple", latency,
                       traffic / (bandwidth * library.simple_efficiency))
+
+
+def _msccl_time(library: CollectiveLibrary, message_bytes: int, chips: int,
+                bandwidth: float) -> list[CollectiveTime]:
+    """RCCL's MSCCL all-pairs all-reduce for this size (algorithm ``allpairs``), or none above
+    its last algorithm's range.
+
+    RCCL takes the algorithm whose range holds the size; the least over it and the first size of
+    every later range keeps the candidate's time monotone in size (as the tuner's corrected
+    candidates are kept), a later range being cheaper only where the fitted lines cross.
+    """
+    timed = []
+    for algo in library.msccl:
+        if message_bytes <= algo.max_bytes:
+            size = max(message_bytes, algo.min_bytes)
+            bandwidth_s = 2 * (chips - 1) * size / chips / (bandwidth * algo.efficiency)
+            timed.append(_candidate(library.name, "allpairs", algo.protocol, algo.latency_s,
+                                    bandwidth_s))
+    return [min(timed, key=lambda c: c.seconds)] if timed else []
 
 
 def _custom_times(custom: CustomAllReduce, stack: str, message_bytes: int, chips: int,

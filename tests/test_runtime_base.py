@@ -129,14 +129,18 @@ def test_vllm_06_rocm_is_vllm_without_its_custom_allreduce():
 
 
 def test_vllm_06_rocm_all_reduce_is_rcclonly():
-    """At 32 KiB on 8 chips over Infinity Fabric today's vLLM may run its one-shot kernel; the
-    0.6 ROCm build takes the least of the library's own candidates only."""
+    """At 32 KiB on 8 chips over Infinity Fabric today's vLLM runs its one-shot kernel (RCCL
+    never sees the call); the 0.6 ROCm build hands it to RCCL, whose MSCCL all-pairs algorithm
+    joins the tuner's candidates, and takes the least of the library's candidates only."""
     args = ("all_reduce", 32768, 8, "infinity-fabric", IF_LINK, 1e-6, 7)
     old = collective_candidates(runtime("vllm-0.6-rocm"), *args)
-    library = [c for c in collective_candidates(runtime("vllm"), *args) if c.protocol != "custom"]
-    assert {c.protocol for c in old} <= {"ll", "ll128", "simple"}
+    new = collective_candidates(runtime("vllm"), *args)
+    tuned = [c for c in new if c.protocol != "custom"]
+    assert {c.library for c in old} == {"rccl"}
+    assert [c for c in old if c.algorithm != "allpairs"] == tuned
+    assert "allpairs" not in {c.algorithm for c in new}
     assert collective_time(runtime("vllm-0.6-rocm"), *args).seconds == min(
-        c.seconds for c in library)
+        c.seconds for c in old)
 
 
 def test_trt_llm_016_017_engine_is_trt_llm_without_overlap():
