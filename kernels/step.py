@@ -10,7 +10,9 @@ Cycle model, per wave of work units spread over the cores: the wave takes the lo
 through each tier over that tier's sustained bandwidth and its slowest unit's operations over one
 core's share of the peak (so a partial last wave costs a full unit's compute time), plus the load
 latency of the farthest tier it touches (the first tile of each unit cannot be double buffered).
-A matmul unit's operations run on the matrix units with M padded to their row grain, weight
+A matmul unit's operations run on the matrix units with M padded to their row grain (or to the
+CTA tile rows of a runtime's GEMM kernel, ``C_M_GRAIN``; with ``C_SPLIT_K`` 0 its K is never
+split, so only as many units run as there are output tiles), weight
 dequantization overlapped on the vector units (separate pipes: Marlin, Frantar et al. 2024), or,
 where ``C_GEMV`` allows it, as a GEMV on the vector units with no padding (TRT-LLM's fpA_intB
 GEMV, llama.cpp's mmvq): the faster of the two. A GEMV whose runtime counts its instructions
@@ -101,7 +103,11 @@ C_Q_TILE = 40       # attention: new tokens per query tile (flash attention); 0:
 C_KV_PARTS = 41     # attention, KV append: cached rows per token and KV head (2: K and V;
                     # 1: multi-head latent attention's one latent row, keys and values both)
 C_V_DIM = 42        # attention: width of a head's values (C_HEAD_DIM is the keys' width)
-N_INT_COLS = 43
+C_SPLIT_K = 43      # matmul: 1 may split K over idle cores (split-K); 0 never (one unit per
+                    # output tile, as a kernel without split-K runs: memsim.gemmtile)
+C_GRID_SHARE = 44   # matmul: identical matmuls whose units run as one kernel's grid (a fused
+                    # gate/up GEMM without split-K: 2), each timed as its share; 1: alone
+N_INT_COLS = 45
 
 # Columns of the float64 op table.
 F_PEAK = 0          # matrix operations/s the op runs at (whole chip)
@@ -560,11 +566,13 @@ def _charge_misses(op, wave_bits, read_bits):
 
 @jit
 def _close_wave(op, wave_bits, unit_compute_s, tier_bandwidth, tier_latency_s, times,
-                in_flight_bytes):
+                in_flight_bytes, share):
     """Charge one wave's time to the column of what bound it, plus its exposed latency.
 
     ``in_flight_bytes`` > 0 (a GEMV's bytes in flight on the chip) bounds each off-chip tier's
-    rate by Little's law: its bits take at least bits / 8 x latency / in_flight_bytes."""
+    rate by Little's law: its bits take at least bits / 8 x latency / in_flight_bytes.
+    ``share`` ops whose units fill one wave together (``C_GRID_SHARE``) each pay 1 / share of
+    the wave's latency (the caller passes each its share of the compute time)."""
     n_tiers = tier_bandwidth.shape[0]
     best = unit_compute_s
     best_col = n_tiers + 1
@@ -580,7 +588,7 @@ def _close_wave(op, wave_bits, unit_compute_s, tier_bandwidth, tier_latency_s, t
                 best_col = t
         wave_bits[t] = 0
     times[op, best_col] += best
-    times[op, n_tiers + 2] += tier_latency_s[farthest]
+    times[op, n_tiers + 2] += tier_latency_s[farthest] / share
 
 
 @jit_inline
@@ -896,6 +904,8 @@ def _matmul(op, m, op_int, op_float, n_cores, vector_rate, tier_bandwidth, tier_
     gemv = op_int[op, C_GEMV] == 1
     gemv_s = op_float[op, F_GEMV:F_GEMV + 2 * N_GEMV_PIPES]
     in_flight = _in_flight_bytes(op_float[op, F_MLP:F_MLP + N_MLP_COLS], m, n, n_cores, gemv)
+    share = op_int[op, C_GRID_SHARE]
+    grid = n_cores // share             # the cores this op's units have in a shared grid
     act_reuse = op_int[op, C_ACT_REUSE]
     quant_ops = op_float[op, F_ACT_QUANT_OPS] * m * k
 
@@ -905,7 +915,11 @@ def _matmul(op, m, op_int, op_float, n_cores, vector_rate, tier_bandwidth, tier_
     if tm == 0 or tm >= m:
         tm = m
     m_tiles = (m + tm - 1) // tm if m > 0 else 1
-    split, k_tiles_per_unit, units, waves = _work_units(n_tiles * m_tiles, k_tiles, n_cores)
+    if op_int[op, C_SPLIT_K] == 1:
+        split, k_tiles_per_unit, units, waves = _work_units(n_tiles * m_tiles, k_tiles, grid)
+    else:                           # one unit per output tile, its whole K
+        split, k_tiles_per_unit, units = 1, k_tiles, n_tiles * m_tiles
+        waves = (units + grid - 1) // grid
     out_bits = PARTIAL_SUM_BITS if split > 1 else act_bits
     aligned = group == 0 or tk % group == 0
     full_bits = _tile_bits(0, tk, tn, elem_bits, group, meta_bits, padded)
@@ -942,8 +956,8 @@ def _matmul(op, m, op_int, op_float, n_cores, vector_rate, tier_bandwidth, tier_
         slowest = quant_ops / vector_rate if w == 0 else 0.0
         wave_on_chip = 0
         if uniform:
-            u0 = w * n_cores
-            u1 = min(units, u0 + n_cores)
+            u0 = w * grid
+            u1 = min(units, u0 + grid)
             while u0 < u1:
                 nt0 = u0 // split
                 p1 = u1             # a piece: units of one home and one column width
@@ -969,7 +983,7 @@ def _matmul(op, m, op_int, op_float, n_cores, vector_rate, tier_bandwidth, tier_
                 wave_on_chip += on_chip
                 slowest = max(slowest, unit_s)
                 u0 = p1
-        for u in range(w * n_cores, min(units, (w + 1) * n_cores) if not uniform else 0):
+        for u in range(w * grid, min(units, (w + 1) * grid) if not uniform else 0):
             nt = u // split // m_tiles
             rows = min(tm, m - (u // split % m_tiles) * tm)
             kt0 = (u % split) * k_tiles_per_unit
@@ -1045,7 +1059,8 @@ def _matmul(op, m, op_int, op_float, n_cores, vector_rate, tier_bandwidth, tier_
             wave_on_chip += _split_reduction(op, m, n, n, split, act_bits, results)
         wave_bits[0] += wave_on_chip
         _charge_misses(op, wave_bits, read_bits)
-        _close_wave(op, wave_bits, slowest, tier_bandwidth, tier_latency_s, times, in_flight)
+        _close_wave(op, wave_bits, slowest / share, tier_bandwidth, tier_latency_s, times,
+                    in_flight, share)
     if streamed:
         _fill_streamed(tensor, n_tiles * k_tiles, miss_bits, k, n, tk, tn, k_tiles, aligned, full_bits,
                        elem_bits, group, meta_bits, padded, tensor_meta_bits, arena)
@@ -1188,7 +1203,7 @@ def _attention(op, op_int, op_float, step, n_cores, vector_rate, tier_bandwidth,
                                              act_bits, results)
         wave_bits[0] += wave_on_chip
         _charge_misses(op, wave_bits, read_bits)
-        _close_wave(op, wave_bits, slowest, tier_bandwidth, tier_latency_s, times, 0.0)
+        _close_wave(op, wave_bits, slowest, tier_bandwidth, tier_latency_s, times, 0.0, 1)
     if streamed:
         _fill_streamed_kv(tensor, streams, parts, blocks, max_blocks, split_at, bits_lo,
                           bits_hi, miss_bits, arena)
@@ -1224,7 +1239,7 @@ def _kv_append(op, op_int, step, n_cores, tier_bandwidth, tier_latency_s, tier_g
     results[op, R_ACT_READ_BITS] += act
     wave_bits[0] += act
     results[op, R_WAVES] += (streams + n_cores - 1) // n_cores
-    _close_wave(op, wave_bits, 0.0, tier_bandwidth, tier_latency_s, times, 0.0)
+    _close_wave(op, wave_bits, 0.0, tier_bandwidth, tier_latency_s, times, 0.0, 1)
 
 
 @jit
@@ -1280,7 +1295,7 @@ def _vector_op(op, op_int, step, seed, vector_rate, tier_bandwidth, tier_latency
     results[op, R_WAVES] += 1
     _charge_misses(op, wave_bits, read_bits)
     _close_wave(op, wave_bits, vector_ops / vector_rate, tier_bandwidth, tier_latency_s, times,
-                0.0)
+                0.0, 1)
     _record_tiles(op, hits, misses, hit_bits, miss_bits, read_bits, written_bits, results)
 
 

@@ -56,6 +56,7 @@ from memsim.device import Device, FrozenTable, Link, thaw
 from memsim.errors import CapacityError, ConfigError
 from memsim.checkpoints import WeightFormats, weight_formats
 from memsim.formats import Format, get_format
+from memsim.gemmtile import tile_for
 from memsim.handoff import handoff_seconds
 from memsim.kernels import step as k
 from memsim.kernels.bounds import lru_tiles
@@ -1324,6 +1325,19 @@ def _plan_stage(device: Device, model: Model, workload: Decode, policy: str, sh:
     )
 
 
+_GRID_COLUMNS = (k.C_K, k.C_N, k.C_ELEM_BITS, k.C_GROUP, k.C_META_BITS, k.C_PADDED, k.C_M_GRAIN,
+                 k.C_TILE_M, k.C_GEMV)
+
+
+def _one_grid(a: list[int], b: list[int], cores: int) -> bool:
+    """True when two matmuls fused into one GEMM (gate and up) are timed as halves of one grid
+    of CTAs: the kernel does not split K (without split-K the fused kernel's CTAs of both halves
+    fill the cores together; with it each half fills them alone), the halves are alike and the
+    cores are even (each half then has half the cores in every wave of the fused grid, exactly)."""
+    return (a[k.C_SPLIT_K] == 0 and b[k.C_SPLIT_K] == 0 and cores % 2 == 0
+            and all(a[c] == b[c] for c in _GRID_COLUMNS))
+
+
 def _lower_stage(device: Device, model: Model, workload: Decode, sh: Shard,
                  items: list[list[_Spec]], first_item: int, stage: int, stages: int,
                  table: TensorTable, expert_chip: int, token_base: int, step_tokens: int,
@@ -1336,6 +1350,7 @@ def _lower_stage(device: Device, model: Model, workload: Decode, sh: Shard,
     act_in = get_format(workload.activations)
     stack = resolve_runtime(device, workload)
     fusion = stack.fusion
+    gemm_tiles = dict(stack.gemm)
     tile_k = workload.tile_k or device.tile_k
     tile_n = workload.tile_n or device.tile_n
     mb = workload.microbatch
@@ -1375,7 +1390,8 @@ def _lower_stage(device: Device, model: Model, workload: Decode, sh: Shard,
                           (k.C_STEP_TOKENS, step_tokens or workload.step_tokens),
                           (k.C_TILE_M, tile_m),
                           (k.C_ROUTE, -1), (k.C_LAUNCHES, 1),
-                          (k.C_GEMV, int(stack.small_batch_gemv)),
+                          (k.C_GEMV, int(stack.small_batch_gemv)), (k.C_SPLIT_K, 1),
+                          (k.C_GRID_SHARE, 1),
                           (k.C_ACT_REUSE, act_reuse_tiles(device, tile_n))):
         template[column] = value
     format_params: dict[tuple[str, int], tuple[int, ...]] = {}
@@ -1422,6 +1438,11 @@ def _lower_stage(device: Device, model: Model, workload: Decode, sh: Shard,
                      act_quant=path.act_quant_ops_per_element, act_bits=act_bits,
                      gemv_s=path.gemv_s_per_weight)
         row[k.C_LAUNCHES] = launches
+        gemm = tile_for(gemm_tiles, fmt.name)
+        if gemm is not None:            # the runtime's tensor-core kernel for this format
+            row[k.C_M_GRAIN] = row[k.C_TILE_M] = gemm.rows
+            row[k.C_SPLIT_K] = int(gemm.split_k)
+            row[k.C_GEMV] = 0
         return row
 
     def norm(name: str, layer: int, launches: int, width: int = 0) -> None:
@@ -1542,8 +1563,10 @@ def _lower_stage(device: Device, model: Model, workload: Decode, sh: Shard,
             moe(layer)
         else:
             width = sh.dense_ffn if model.is_moe else sh.ffn
-            matmul("gate", layer, h, width)
-            matmul("up", layer, h, width, launches=0 if fusion.fused_gate_up else 1)
+            gate = matmul("gate", layer, h, width)
+            up = matmul("up", layer, h, width, launches=0 if fusion.fused_gate_up else 1)
+            if fusion.fused_gate_up and _one_grid(gate, up, device.cores):
+                gate[k.C_GRID_SHARE] = up[k.C_GRID_SHARE] = 2
             matmul("down", layer, width, h)
         all_reduce("ffn_allreduce", layer, h)
 

@@ -34,6 +34,7 @@ from memsim.datafile import (catalog_names, check_keys, file_stamp, read_catalog
                              require_table)
 from memsim.derive import figure_paths, resolve_base
 from memsim.errors import ConfigError
+from memsim.gemmtile import GemmTile, parse_gemm_tiles
 from memsim.handoff import Pipeline, pipeline_of
 from memsim.instructions import InstructionMix, parse_mixes
 from memsim.units import format_quantity, parse_quantity
@@ -156,6 +157,7 @@ class Runtime:
     small_batch_gemv: bool = False    # small-M matmuls run as GEMVs on the vector units
     pipeline: Pipeline = Pipeline()   # pipeline hand-offs and graphs (memsim.handoff)
     gemv: tuple[tuple[str, InstructionMix], ...] = ()   # GEMV instructions per weight, by format
+    gemm: tuple[tuple[str, GemmTile], ...] = ()   # a format's GEMM CTA tile rows and split-K
     base: str | None = None           # the catalog runtime this file derives from (memsim.derive)
     dropped: tuple[str, ...] = ()     # figures of the base this version has not
 
@@ -223,7 +225,7 @@ def _set_path(data: dict, path: str, value: Any, *, file: str) -> None:
 
 _TOP_REQUIRED = ("schema_version", "name", "description", "graph", "launch", "graph_launch",
                  "host_per_step", "host_overlap", "fusion", "collective", "speculative")
-_TOP_OPTIONAL = ("sources", "small_batch_gemv", "pipeline", "gemv")
+_TOP_OPTIONAL = ("sources", "small_batch_gemv", "pipeline", "gemv", "gemm")
 _FUSION_KEYS = ("fused_qkv", "fused_gate_up", "fused_norm_residual", "fused_moe",
                 "extra_kernels_per_layer", "attention_split")
 _CUSTOM_KEYS = ("custom_allreduce_max_bytes", "custom_allreduce_chips", "custom_allreduce_links",
@@ -362,6 +364,7 @@ def _build(data: Mapping[str, Any], *, file: str, base: str | None,
                                       field="small_batch_gemv"),
         pipeline=pipeline_of(data, file=file),
         gemv=parse_mixes(data["gemv"], file=file) if "gemv" in data else (),
+        gemm=parse_gemm_tiles(data["gemm"], file=file) if "gemm" in data else (),
         base=base,
         dropped=dropped,
     )

@@ -136,8 +136,8 @@ def run_step(plan: Plan, state: ReferenceState, step: int, routes=None) -> dict:
                 out["written"][op][0] += bits
                 wave[home] += bits
 
-        def close_wave(compute_s: float, in_flight: float = 0.0) -> None:
-            best, col, farthest = compute_s, n_tiers + 1, 0
+        def close_wave(compute_s: float, in_flight: float = 0.0, share: int = 1) -> None:
+            best, col, farthest = compute_s / share, n_tiers + 1, 0
             for t in range(n_tiers):
                 if wave[t] > 0:
                     farthest = t
@@ -148,7 +148,7 @@ def run_step(plan: Plan, state: ReferenceState, step: int, routes=None) -> dict:
                         best, col = seconds, t
                 wave[t] = 0
             out["times"][op][col] += best
-            out["times"][op][n_tiers + 2] += lat[farthest]
+            out["times"][op][n_tiers + 2] += lat[farthest] / share
 
         def padded_rows(rows: int) -> int:
             grain = row[k.C_M_GRAIN]
@@ -174,7 +174,13 @@ def run_step(plan: Plan, state: ReferenceState, step: int, routes=None) -> dict:
             # M tiles (a prompt's GEMM): units are (N tile, M tile) pairs, N tile outer
             tm = row[k.C_TILE_M] if 0 < row[k.C_TILE_M] < m else m
             m_tiles = _ceil(m, tm) if m else 1
-            split, per_unit, units, waves = work_units(n_tiles * m_tiles, k_tiles, cores)
+            share = row[k.C_GRID_SHARE]     # matmuls of one grid: each has its share of cores
+            grid = cores // share
+            if row[k.C_SPLIT_K]:
+                split, per_unit, units, waves = work_units(n_tiles * m_tiles, k_tiles, grid)
+            else:       # a kernel without split-K: one unit per output tile
+                split, per_unit, units = 1, k_tiles, n_tiles * m_tiles
+                waves = _ceil(units, grid)
             out_bits = k.PARTIAL_SUM_BITS if split > 1 else act_bits
             quant_ops = act_quant * m * kdim
             counters["vector_ops"] += int(quant_ops)
@@ -183,7 +189,7 @@ def run_step(plan: Plan, state: ReferenceState, step: int, routes=None) -> dict:
                 in_flight = min(_ceil(n, int(mlp[2])), cores * mlp[1]) * mlp[0]
             for w in range(waves):
                 slowest = quant_ops / dev.vector_ops_per_s if w == 0 else 0.0
-                for u in range(w * cores, min(units, (w + 1) * cores)):
+                for u in range(w * grid, min(units, (w + 1) * grid)):
                     nt, mt, kt0 = u // split // m_tiles, u // split % m_tiles, (u % split) * per_unit
                     rows = min(tm, m - mt * tm)
                     kt1 = min(k_tiles, kt0 + per_unit)
@@ -217,7 +223,7 @@ def run_step(plan: Plan, state: ReferenceState, step: int, routes=None) -> dict:
                     slowest = max(slowest, unit_s)
                 if w == waves - 1 and split > 1:
                     wave[0] += split_reduction(counters, m, n, n, split, act_bits)
-                close_wave(slowest, in_flight)
+                close_wave(slowest, in_flight, share)
             counters["waves"] += waves
 
         elif kind == k.OP_ATTENTION:

@@ -89,11 +89,11 @@ def test_close_wave_takes_bytes_times_latency_over_bytes_in_flight():
     latency = np.array([1e-7, 5e-7])
     times = np.zeros((1, 6))
     bits = np.array([0, 8 * 10**9], dtype=np.int64)
-    k._close_wave(0, bits, 0.0, bandwidth, latency, times, 4096.0 * 108)
+    k._close_wave(0, bits, 0.0, bandwidth, latency, times, 4096.0 * 108, 1)
     assert times[0, 1] == pytest.approx(1e9 * 5e-7 / (4096.0 * 108))
     times[:] = 0.0
     bits = np.array([0, 8 * 10**9], dtype=np.int64)
-    k._close_wave(0, bits, 0.0, bandwidth, latency, times, 1e9)   # ample: bandwidth binds
+    k._close_wave(0, bits, 0.0, bandwidth, latency, times, 1e9, 1)   # ample: bandwidth binds
     assert times[0, 1] == pytest.approx(1e9 / 2e12)
 
 

@@ -16,6 +16,7 @@ import memsim.derive
 from memsim.cli import main
 from memsim.emulate import host_time_per_step
 from memsim.errors import ConfigError
+from memsim.gemmtile import GemmTile
 from memsim.runtime import collective_candidates, collective_time, load_runtime, runtime
 
 if sys.version_info >= (3, 11):
@@ -144,11 +145,13 @@ def test_vllm_06_rocm_all_reduce_is_rcclonly():
 
 
 def test_trt_llm_016_017_engine_is_trt_llm_without_overlap():
+    """trt-llm without the overlap scheduler, and its FP8 linears on TensorRT's own kernels."""
     old, new = runtime("trt-llm-engine-0.16-0.17"), runtime("trt-llm")
     assert old.base == "trt-llm" and old.host_overlap is False and new.host_overlap is True
     assert old == dataclasses.replace(new, name=old.name, description=old.description,
                                       host_overlap=False, sources=old.sources, file=old.file,
-                                      base="trt-llm")
+                                      base="trt-llm", gemm=old.gemm)
+    assert dict(old.gemm) == {"fp8-e4m3": GemmTile(rows=128, split_k=False)} and not new.gemm
     assert host_time_per_step(old) == host_time_per_step(new) + new.host_per_step_s
     assert "PR #3625" in old.source("host_overlap") and "NOT sourced" in old.source("graph")
 

@@ -81,6 +81,7 @@ SIMPLE2, SIMPLE8, SIMPLE16 = (wl(tp=2, runtime="vendor"), wl(tp=8, runtime="vend
                               wl(tp=16, runtime="vendor"))
 EAGER = wl(runtime="hf-eager")
 LLAMA_CPP_Q4 = wl(weights="q4_0", runtime="llama.cpp-cuda")
+ENGINE_FP8 = wl(weights="fp8-e4m3", runtime="trt-llm-engine-0.16-0.17")
 LLAMA_CPP_F16 = wl(weights="fp16", runtime="llama.cpp-cuda")
 LLAMA_CPP_PP2 = wl(weights="q4_0", runtime="llama.cpp-cuda", pp=2)
 MOE_WL = wl(batch=4, weights="int4-g128")
@@ -225,6 +226,8 @@ RUNTIME_EFFECTS: dict[str, Moves | Refused | Label] = {
     "pipeline.graph": Moves(True, TIME, keeps=COUNTS, workload=LLAMA_CPP_PP2),
     "gemv.q4_0": Moves({"per_weight": {}, "per_weight_row": {"load": 100.0}}, TIME,
                        keeps=COUNTS, workload=LLAMA_CPP_Q4),
+    "gemm.fp8-e4m3.rows": Moves(512, TIME, keeps=COUNTS, workload=ENGINE_FP8),
+    "gemm.fp8-e4m3.split_k": Moves(True, TIME, keeps=COUNTS, workload=ENGINE_FP8),
 }
 
 #: Workload fields of ``memsim.Decode`` (the base workload is ``Decode(context=256)``).
@@ -279,12 +282,13 @@ def device_paths() -> set[str]:
 
 def runtime_paths() -> set[str]:
     """Every field of the runtime format, as a ``runtime.`` what-if path."""
-    tables = {"fusion", "collective", "speculative", "sources", "pipeline", "gemv"}
+    tables = {"fusion", "collective", "speculative", "sources", "pipeline", "gemv", "gemm"}
     paths = {k for k in RUNTIME._TOP_REQUIRED + RUNTIME._TOP_OPTIONAL if k not in tables}
     paths |= {f"fusion.{k}" for k in RUNTIME._FUSION_KEYS + ("fused_attention_prologue",)}
     paths |= {f"collective.{k}" for k in ("library", "algorithm") + RUNTIME._CUSTOM_KEYS}
     paths |= {"speculative.draft_step_host", "speculative.iteration_host", "sources.launch"}
-    paths |= {"pipeline.handoff", "pipeline.handoff_bits", "pipeline.graph", "gemv.q4_0"}
+    paths |= {"pipeline.handoff", "pipeline.handoff_bits", "pipeline.graph", "gemv.q4_0",
+              "gemm.fp8-e4m3.rows", "gemm.fp8-e4m3.split_k"}
     return paths
 
 

@@ -1,0 +1,57 @@
+"""A runtime's tensor-core GEMM kernel for a weight format: its CTA tile rows and split-K.
+
+Some stacks run a format's matmuls through a library kernel whose CTA tile has a fixed number of
+activation rows and no split-K at any M: cuBLAS's sm90 FP8 kernels, e.g.
+``sm90_xmma_gemm_e4m3bf16_e4m3f32_f32_tn_n_tilesize128x128x128_..._segment_k_off`` (the token
+side of the tile is 128 rows; ``segment_k_off``: the K loop is not split across CTAs). A runtime
+says so with ``[gemm.FORMAT]``::
+
+    [gemm.fp8-e4m3]
+    rows = 128        # activation rows per CTA tile: M is padded to (and tiled by) this
+    split_k = false   # false: one CTA per output tile, so only N / tile_n x M tiles run
+
+The plan then pads M to ``rows`` (the matrix units compute the padded rows: at M = 1 a CTA
+issues 128 rows of MMAs per weight it reads), tiles M by ``rows``, runs the matmul on the
+matrix path (no CUDA-core GEMV) and, with ``split_k = false``, never splits K.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from memsim.datafile import check_keys, require_bool, require_int, require_table
+from memsim.errors import ConfigError
+from memsim.formats import FORMATS
+
+
+@dataclass(frozen=True)
+class GemmTile:
+    """A runtime's GEMM kernel shape for one weight format."""
+
+    rows: int          # activation rows per CTA tile (M padding and M tile)
+    split_k: bool      # False: the kernel never splits K across CTAs
+
+
+def parse_gemm_tiles(table: Any, *, file: str,
+                     field: str = "gemm") -> tuple[tuple[str, GemmTile], ...]:
+    """A runtime's ``[gemm]`` table: ``gemm.FORMAT = {rows = N, split_k = BOOL}``."""
+    table = require_table(table, file=file, field=field)
+    out = []
+    for name, spec in table.items():
+        where = f"{field}.{name}"
+        if name not in FORMATS:
+            raise ConfigError(f"unknown format {name!r}; expected a format name",
+                              file=file, field=where)
+        spec = require_table(spec, file=file, field=where)
+        check_keys(spec, required=("rows", "split_k"), file=file, prefix=where + ".")
+        out.append((str(name), GemmTile(
+            rows=require_int(spec["rows"], file=file, field=f"{where}.rows"),
+            split_k=require_bool(spec["split_k"], file=file, field=f"{where}.split_k"))))
+    return tuple(out)
+
+
+def tile_for(tiles: Mapping[str, GemmTile], fmt_name: str) -> GemmTile | None:
+    """The runtime's GEMM tile for a weight format, or None (the device's defaults)."""
+    return tiles.get(fmt_name)
