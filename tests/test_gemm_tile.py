@@ -12,13 +12,12 @@ import pytest
 from hypothesis import given, settings
 
 import memsim
-from memsim.emulate import SystemRun
 from memsim.errors import ConfigError
 from memsim.kernels import step as walker
 from memsim.plan import plan_system
 from memsim.runtime import parse_runtime, runtime
 from memsim.testing import examples
-from tests.test_walker_twin import _with_big_memory, check_stage_against_twin, small_runs
+from tests.test_walker_twin import check_run_against_twin, small_runs
 
 ENGINE = "trt-llm-engine-0.16-0.17"
 WORKLOAD = dict(batch=1, context=3072, weights="fp8-e4m3", kv="bf16", tp=4)
@@ -91,15 +90,7 @@ def test_plan_sets_grain_tile_and_split_from_the_runtime():
 @given(small_runs())
 def test_kernel_equals_twin_with_the_engine_gemm_tile(run):
     device, model, workload = run
-    workload = dataclasses.replace(workload, runtime=runtime(ENGINE))
-    device = _with_big_memory(device) if len(device.tiers) > 1 else device
-    try:
-        system = plan_system(device, model, workload)
-    except memsim.CapacityError:
-        return
-    router = SystemRun(system).router
-    for plan in system.stages:
-        check_stage_against_twin(plan, workload, router)
+    check_run_against_twin(device, model, dataclasses.replace(workload, runtime=runtime(ENGINE)))
 
 
 @pytest.mark.parametrize("table, field", [
