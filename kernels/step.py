@@ -20,7 +20,8 @@ GEMV, llama.cpp's mmvq): the faster of the two. A GEMV whose runtime counts its 
 whose runtime says how many weight bytes its blocks keep in flight (``F_MLP``), at no more
 activation rows than the kernel runs at, reads an off-chip tier no faster than Little's law lets
 it: bytes in flight on the chip over the tier's latency, so a wave's bits from that tier take
-at least bits / 8 x latency / bytes in flight. ``C_ACT_REUSE`` adjacent N tiles share one read
+at least bits / 8 x latency / bytes in flight. A GEMM kernel without split-K (``C_SPLIT_K`` 0)
+whose runtime gives its CTAs' bytes in flight in the same columns is bounded the same way. ``C_ACT_REUSE`` adjacent N tiles share one read
 of the activation chunk, which their core keeps staged in its own memory.
 
 A prompt (prefill, or a prefill chunk riding in a decode step) tiles M too: with ``C_TILE_M`` set
@@ -830,11 +831,12 @@ def _unit_seconds(rows, unit_elements, m_grain, core_peak, core_vector, dequant_
 
 
 @jit_inline
-def _in_flight_bytes(mlp, rows, n, n_cores, gemv):
-    """A GEMV's weight bytes in flight on the chip (``F_MLP`` columns): its resident blocks,
+def _in_flight_bytes(mlp, rows, n, n_cores, bounded):
+    """A kernel's weight bytes in flight on the chip (``F_MLP`` columns): its resident blocks,
     as many as its ``n`` output rows make and at most ``mlp[1]`` per core, times ``mlp[0]``
-    bytes each; 0 (no bound) without the columns, off the GEMV path or above ``mlp[3]`` rows."""
-    if not gemv or mlp[0] <= 0.0 or rows > mlp[3]:
+    bytes each; 0 (no bound) without the columns, for a kernel the bound does not describe
+    (``bounded`` false: neither a GEMV nor a GEMM without split-K) or above ``mlp[3]`` rows."""
+    if not bounded or mlp[0] <= 0.0 or rows > mlp[3]:
         return 0.0
     rows_per_block = np.int64(mlp[2])
     blocks = (n + rows_per_block - 1) // rows_per_block
@@ -903,9 +905,12 @@ def _matmul(op, m, op_int, op_float, n_cores, vector_rate, tier_bandwidth, tier_
     dequant_ops = op_float[op, F_DEQUANT_OPS]
     gemv = op_int[op, C_GEMV] == 1
     gemv_s = op_float[op, F_GEMV:F_GEMV + 2 * N_GEMV_PIPES]
-    in_flight = _in_flight_bytes(op_float[op, F_MLP:F_MLP + N_MLP_COLS], m, n, n_cores, gemv)
     share = op_int[op, C_GRID_SHARE]
     grid = n_cores // share             # the cores this op's units have in a shared grid
+    # a GEMV's blocks, or the CTAs of a GEMM kernel that does not split K, keep a runtime's
+    # bytes in flight (the columns are zero where the runtime gives none)
+    in_flight = _in_flight_bytes(op_float[op, F_MLP:F_MLP + N_MLP_COLS], m, n, grid,
+                                 gemv or op_int[op, C_SPLIT_K] == 0)
     act_reuse = op_int[op, C_ACT_REUSE]
     quant_ops = op_float[op, F_ACT_QUANT_OPS] * m * k
 

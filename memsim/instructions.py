@@ -166,7 +166,7 @@ def parse_mixes(table: Any, *, file: str,
         spec = require_table(spec, file=file, field=where)
         check_keys(spec, required=("per_weight", "per_weight_row"), optional=("in_flight",),
                    file=file, prefix=where + ".")
-        in_flight = (_parse_in_flight(spec["in_flight"], file=file, field=f"{where}.in_flight")
+        in_flight = (parse_in_flight(spec["in_flight"], file=file, field=f"{where}.in_flight")
                      if "in_flight" in spec else None)
         mix = InstructionMix(_class_counts(spec["per_weight"], file=file,
                                            field=f"{where}.per_weight"),
@@ -186,7 +186,9 @@ def _count(value: Any, *, file: str, field: str, limit: int) -> int:
     return value
 
 
-def _parse_in_flight(table: Any, *, file: str, field: str) -> InFlight:
+def parse_in_flight(table: Any, *, file: str, field: str) -> InFlight:
+    """An ``in_flight`` table: a kernel's block shape and the weight bytes a thread keeps
+    requested (a GEMV's, or a GEMM CTA's K step: ``[gemm.FORMAT]``)."""
     table = require_table(table, file=file, field=field)
     keys = ("threads_per_block", "rows_per_block", "bytes_per_thread", "max_rows")
     check_keys(table, required=keys, file=file, prefix=field + ".")
@@ -217,15 +219,20 @@ MLP_COLUMNS = 4
 
 
 def mlp_columns(occupancy: Occupancy | None, mix: InstructionMix | None) -> tuple[float, ...]:
+    """The in-flight bound's op-table columns for a GEMV's instruction mix; zeros when the
+    kernel or the device gives none (see :func:`in_flight_columns`)."""
+    return in_flight_columns(occupancy, mix.in_flight if mix is not None else None)
+
+
+def in_flight_columns(occupancy: Occupancy | None, f: InFlight | None) -> tuple[float, ...]:
     """The in-flight bound's op-table columns; zeros when the kernel or the device gives none.
 
     Resident blocks per core are the fewer of the block limit and the thread limit over the
-    block's threads [V: CUDA guide]; registers and shared memory are not counted (the kernels
-    named here use no shared memory for weights, and their register counts are not published),
-    so the bound is the largest the block shape allows."""
-    if occupancy is None or mix is None or mix.in_flight is None:
+    block's threads [V: CUDA guide]; registers and shared memory are not counted (their use by
+    the kernels named here is not published), so the bound is the largest the block shape
+    allows."""
+    if occupancy is None or f is None:
         return (0.0,) * MLP_COLUMNS
-    f = mix.in_flight
     blocks = min(occupancy.blocks_per_core, occupancy.threads_per_core // f.threads_per_block)
     return (f.threads_per_block * f.bytes_per_thread, float(blocks), float(f.rows_per_block),
             float(f.max_rows))

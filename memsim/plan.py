@@ -57,6 +57,7 @@ from memsim.errors import CapacityError, ConfigError
 from memsim.checkpoints import WeightFormats, weight_formats
 from memsim.formats import Format, get_format
 from memsim.gemmtile import tile_for
+from memsim.instructions import MLP_COLUMNS, in_flight_columns
 from memsim.handoff import handoff_seconds
 from memsim.kernels import step as k
 from memsim.kernels.bounds import lru_tiles
@@ -1443,6 +1444,9 @@ def _lower_stage(device: Device, model: Model, workload: Decode, sh: Shard,
             row[k.C_M_GRAIN] = row[k.C_TILE_M] = gemm.rows
             row[k.C_SPLIT_K] = int(gemm.split_k)
             row[k.C_GEMV] = 0
+            # its CTAs' bytes in flight, not a GEMV's (zeros: no bound)
+            floats[-1] = (floats[-1][:-MLP_COLUMNS]
+                          + in_flight_columns(device.occupancy, gemm.in_flight))
         return row
 
     def norm(name: str, layer: int, launches: int, width: int = 0) -> None:

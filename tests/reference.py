@@ -184,9 +184,9 @@ def run_step(plan: Plan, state: ReferenceState, step: int, routes=None) -> dict:
             out_bits = k.PARTIAL_SUM_BITS if split > 1 else act_bits
             quant_ops = act_quant * m * kdim
             counters["vector_ops"] += int(quant_ops)
-            in_flight = 0.0       # the GEMV's resident blocks x bytes in flight per block
-            if row[k.C_GEMV] and mlp[0] > 0 and m <= mlp[3]:
-                in_flight = min(_ceil(n, int(mlp[2])), cores * mlp[1]) * mlp[0]
+            in_flight = 0.0       # resident blocks (a GEMV's, or CTAs without split-K) x bytes
+            if (row[k.C_GEMV] or not row[k.C_SPLIT_K]) and mlp[0] > 0 and m <= mlp[3]:
+                in_flight = min(_ceil(n, int(mlp[2])), grid * mlp[1]) * mlp[0]
             for w in range(waves):
                 slowest = quant_ops / dev.vector_ops_per_s if w == 0 else 0.0
                 for u in range(w * grid, min(units, (w + 1) * grid)):

@@ -13,6 +13,7 @@ from hypothesis import given, settings
 
 import memsim
 from memsim.errors import ConfigError
+from memsim.gemmtile import parse_gemm_tiles
 from memsim.kernels import step as walker
 from memsim.plan import plan_system
 from memsim.runtime import parse_runtime, runtime
@@ -107,3 +108,54 @@ def test_bad_gemm_table_is_one_config_error_naming_the_field(table, field):
     with pytest.raises(ConfigError) as err:
         parse_runtime(data, file="my-stack.toml")
     assert "my-stack.toml" in str(err.value) and field in str(err.value)
+
+
+AITER = "vllm-rocm-aiter"
+
+
+def test_ctas_without_split_k_stream_no_faster_than_their_bytes_in_flight_allow():
+    """Llama 3 70B's TP-8 QKV shard (N 1,280, K 8,192) on AITER's a8w8 kernel at M = 1: 1,280 / 64
+    = 20 workgroups of 256 threads keep 128 B each in flight, 655,360 B on the chip, so by
+    Little's law its HBM bytes take bytes x latency / 655,360 B (far above bytes over the
+    sustained rate), plus one wave's HBM latency and the op's launch."""
+    dev = memsim.device("mi300x")
+    rep = memsim.emulate(dev, "llama-3-70b", batch=1, context=128, tp=8, weights="int8",
+                         activations="int8", runtime=AITER)
+    qkv = next(op for op in rep.ops if op.layer == 0 and op.name == "qkv")
+    hbm = dev.tier("hbm")
+    in_flight = min(math.ceil(1280 / 64), dev.cores * min(16, 2048 // 256)) * 256 * 128.0
+    assert in_flight == 655_360
+    stream_s = qkv.bytes_read["hbm"] * hbm.latency_s / in_flight
+    assert stream_s > 3 * qkv.bytes_read["hbm"] / hbm.sustained_bandwidth
+    assert qkv.waves == 1
+    assert qkv.time_s == pytest.approx(stream_s + hbm.latency_s + dev.op_launch_s, rel=1e-12)
+
+
+def test_enough_ctas_leave_the_stream_at_the_sustained_rate():
+    """The TP-1 gate shard (N 28,672) has 448 workgroups, 14.7 MB in flight: Little's law
+    allows more than the HBM, which bounds it as without the table."""
+    runs = {rt: memsim.emulate("mi300x", "llama-3-70b", batch=1, context=128, weights="int8",
+                               activations="int8", runtime=rt) for rt in (AITER, "vllm")}
+    gate = {rt: next(op for op in rep.ops if op.layer == 0 and op.name == "gate")
+            for rt, rep in runs.items()}
+    assert gate[AITER].bytes_read == gate["vllm"].bytes_read
+    hbm = memsim.device("mi300x").tier("hbm")
+    assert gate[AITER].time_s >= gate[AITER].bytes_read["hbm"] / hbm.sustained_bandwidth
+
+
+def test_in_flight_needs_a_kernel_that_does_not_split_k():
+    table = {"int8": {"rows": 16, "split_k": True, "in_flight": {
+        "threads_per_block": 256, "rows_per_block": 64, "bytes_per_thread": 128.0,
+        "max_rows": 16}}}
+    with pytest.raises(ConfigError, match="split_k = false") as err:
+        parse_gemm_tiles(table, file="my.toml")
+    assert "gemm.int8.in_flight" in str(err.value)
+
+
+@settings(max_examples=examples(30))
+@given(small_runs())
+def test_kernel_equals_twin_with_ctas_in_flight(run):
+    """The twin follows the in-flight bound (h100-sxm of these runs has [occupancy])."""
+    device, model, workload = run
+    check_run_against_twin(device, model, dataclasses.replace(
+        workload, runtime=runtime(AITER), weights="int8", activations="int8"))

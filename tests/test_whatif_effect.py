@@ -82,6 +82,7 @@ SIMPLE2, SIMPLE8, SIMPLE16 = (wl(tp=2, runtime="vendor"), wl(tp=8, runtime="vend
 EAGER = wl(runtime="hf-eager")
 LLAMA_CPP_Q4 = wl(weights="q4_0", runtime="llama.cpp-cuda")
 ENGINE_FP8 = wl(weights="fp8-e4m3", runtime="trt-llm-engine-0.16-0.17")
+AITER_INT8 = wl(weights="int8", activations="int8", runtime="vllm-rocm-aiter")
 LLAMA_CPP_F16 = wl(weights="fp16", runtime="llama.cpp-cuda")
 LLAMA_CPP_PP2 = wl(weights="q4_0", runtime="llama.cpp-cuda", pp=2)
 MOE_WL = wl(batch=4, weights="int4-g128")
@@ -228,6 +229,9 @@ RUNTIME_EFFECTS: dict[str, Moves | Refused | Label] = {
                        keeps=COUNTS, workload=LLAMA_CPP_Q4),
     "gemm.fp8-e4m3.rows": Moves(512, TIME, keeps=COUNTS, workload=ENGINE_FP8),
     "gemm.fp8-e4m3.split_k": Moves(True, TIME, keeps=COUNTS, workload=ENGINE_FP8),
+    "gemm.int8.in_flight": Moves({"threads_per_block": 32, "rows_per_block": 64,
+                                  "bytes_per_thread": 1.0, "max_rows": 16}, TIME,
+                                 keeps=COUNTS, workload=AITER_INT8),
 }
 
 #: Workload fields of ``memsim.Decode`` (the base workload is ``Decode(context=256)``).
@@ -288,7 +292,7 @@ def runtime_paths() -> set[str]:
     paths |= {f"collective.{k}" for k in ("library", "algorithm") + RUNTIME._CUSTOM_KEYS}
     paths |= {"speculative.draft_step_host", "speculative.iteration_host", "sources.launch"}
     paths |= {"pipeline.handoff", "pipeline.handoff_bits", "pipeline.graph", "gemv.q4_0",
-              "gemm.fp8-e4m3.rows", "gemm.fp8-e4m3.split_k"}
+              "gemm.fp8-e4m3.rows", "gemm.fp8-e4m3.split_k", "gemm.int8.in_flight"}
     return paths
 
 
