@@ -84,3 +84,36 @@ def test_every_repository_kernel_row_is_memsims_shape():
     rows = rows_of(default_folder())          # predict refuses a shape memsim does not have
     assert len(rows) >= 100
     assert all(r.measured_s > 0 and r.predicted_s > 0 for r in rows)
+
+
+def test_a_tflops_row_is_two_m_n_k_flops_at_that_rate(tmp_path):
+    folder = folder_with(tmp_path)
+    path = folder / "kernels.toml"
+    path.write_text(path.read_text().replace("us = 40.0", "tflops = 2.5"))
+    (row,) = rows_of(folder)
+    assert row.measured_s == pytest.approx(2 * 1 * 16384 * 2048 / 2.5e12)   # 26.8 us
+
+
+def test_a_graph_replay_table_adds_one_launch_for_gate_up(tmp_path):
+    (kernel,) = rows_of(folder_with(tmp_path))
+    path = tmp_path / "kernels.toml"
+    path.write_text(path.read_text().replace('runtime = "vllm"',
+                                             'runtime = "vllm"\ntiming = "graph-replay"'))
+    (graphed,) = rows_of(tmp_path)
+    launch_s = memsim.device("h100-sxm").op_launch_s
+    # gate and up are two memsim ops but one measured kernel: one launch, not two
+    assert graphed.predicted_s - kernel.predicted_s == pytest.approx(launch_s)
+
+
+@pytest.mark.parametrize("old, new, field", [
+    ("us = 40.0", "us = 40.0, tflops = 2.5", "rows.0.us"),
+    ("us = 40.0", "tflops = -1", "rows.0.tflops"),
+    ('runtime = "vllm"', 'runtime = "vllm"\ntiming = "wall"', "timing"),
+])
+def test_a_bad_time_or_timing_names_its_field(tmp_path, old, new, field):
+    folder = folder_with(tmp_path)
+    path = folder / "kernels.toml"
+    path.write_text(path.read_text().replace(old, new))
+    with pytest.raises(ConfigError) as err:
+        kernel_rows.load_tables(folder)
+    assert field in str(err.value)
