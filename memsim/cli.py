@@ -469,11 +469,12 @@ def _parser() -> argparse.ArgumentParser:
                    help="also emulate the device with its main memory holding everything, and "
                         "print the slowdown")
     p.add_argument("--prefill", type=int, default=None, metavar="TOKENS",
-                   help="emulate the prefill of a prompt of this many tokens per sequence and "
-                        "print the time to first token (--batch sequences)")
+                   help="emulate the prefill of this many prompt tokens per sequence (the ones "
+                        "computed, after any --cached prefix) and print the time to first token "
+                        "(--batch sequences)")
     p.add_argument("--cached", type=int, default=0, metavar="TOKENS",
-                   help="with --prefill: prompt tokens whose KV is already cached (prefix "
-                        "caching)")
+                   help="with --prefill: a prefix already in the KV cache before those tokens "
+                        "(prefix caching; the prompt is --cached + --prefill tokens long)")
 
     p = verb("serve", cmd_serve, "continuous batching in steady state: output tokens/s and the "
                                  "inter-token latency of CONCURRENCY clients")

@@ -47,7 +47,7 @@ REQUIRED = ("id", "device", "model", "weights", "software", "runtime", "batch", 
             "metric", "value", "source")
 OPTIONAL = ("chips", "parallel", "kv", "activations", "note", "prompt", "serving",
             "speculative_in_figure", "method", "draft", "gamma", "tree", "accepted_tokens", "acceptance",
-            "input_tokens", "output_tokens", "concurrency", "token_budget", "max_batch",
+            "input_tokens", "output_tokens", "cached_tokens", "concurrency", "token_budget", "max_batch",
             "scheduling")
 SERVING_METRICS = ("ms_per_token", "tokens_per_s_total", "tokens_per_s_per_user")
 SERVING_GROUP = "serving (continuous batching)"
@@ -247,9 +247,16 @@ def _check_row(row: dict[str, Any], i: int, file: str) -> None:
 
 def _check_static_batch(row: dict[str, Any], prefix: str, file: str) -> None:
     """A static batch timed end to end: its prompt and output lengths, both given."""
-    require_int(row.get("input_tokens"), file=file, field=prefix + "input_tokens")
+    prompt = require_int(row.get("input_tokens"), file=file, field=prefix + "input_tokens")
     require_int(row.get("output_tokens"), file=file, field=prefix + "output_tokens")
     require_str(row["metric"], file=file, field=prefix + "metric", choices=DECODE_METRICS)
+    if "cached_tokens" in row:
+        cached = require_int(row["cached_tokens"], file=file, field=prefix + "cached_tokens",
+                             minimum=0)
+        if cached >= prompt:
+            raise ConfigError(f"expected fewer cached tokens than the prompt's {prompt} (the "
+                              f"last token is always computed), got {cached}", file=file,
+                              field=prefix + "cached_tokens")
 
 
 def _check_serving(row: dict[str, Any], prefix: str, file: str) -> None:
@@ -384,9 +391,13 @@ def predict(row: dict[str, Any], folder: Path) -> Row:
 
 def _static_prefill_s(row: dict[str, Any], dev: Device, mod: Model) -> float:
     """Seconds to prefill a static batch's prompts (``input_tokens`` each, every sequence of
-    the batch in one prompt step), which the row's end-to-end figure includes."""
+    the batch in one prompt step), which the row's end-to-end figure includes; the first
+    ``cached_tokens`` of each prompt already in the KV cache (a benchmark that repeats its
+    prompts under prefix caching) are read, not computed."""
     fields = {k: v for k, v in _decode_fields(row).items() if k != "context"}
-    return emulate(dev, mod, Prefill(prompt=row["input_tokens"], **fields)).time_per_step
+    cached = row.get("cached_tokens", 0)
+    return emulate(dev, mod, Prefill(prompt=row["input_tokens"] - cached, cached=cached,
+                                     **fields)).time_per_step
 
 
 def _in_metric(row: dict[str, Any], step_s: float) -> float:

@@ -249,8 +249,9 @@ class Prefill:
     LM head runs on each sequence's last position, whose logits give the first token. So the
     step's time is the time to first token (the first decode step is not added).
 
-    ``cached`` prompt tokens already have their KV (prefix caching): they are read, not
-    computed. The other fields are :class:`Decode`'s and are validated by it.
+    ``cached`` tokens of a prefix before them already have their KV (prefix caching): they are
+    read, not computed, so the whole prompt is ``cached + prompt`` tokens long. The other fields
+    are :class:`Decode`'s and are validated by it.
     """
 
     batch: int = 1

@@ -263,6 +263,31 @@ def test_a_static_batch_row_counts_its_prompts_prefill(tmp_path):
     assert error.value.field.endswith("output_tokens")
 
 
+def test_a_static_batch_rows_cached_prompt_tokens_are_read_not_computed(tmp_path):
+    """cached_tokens: a benchmark that repeats its prompts under prefix caching prefills only
+    the rest of each prompt (memsim.Prefill's cached); all of a prompt cannot be cached."""
+    folder = folder_with(tmp_path, [dict(id="cached", device="my-gpu", model="my-model", batch=4,
+                                         metric="tokens_per_s_total", value=10.0)])
+    path = folder / "measurements.toml"
+    text = path.read_text().replace(
+        "context = 512\n", "context = 512\ninput_tokens = 256\noutput_tokens = 64\n"
+        "cached_tokens = 240\n")
+    path.write_text(text)
+    (row,) = validate(folder)[0]
+    dev, mod = resolve_device("my-gpu", folder), resolve_model("my-model", folder)
+    decode = memsim.emulate(dev, mod, batch=4, context=512, runtime="vllm")
+    prefill = memsim.emulate(dev, mod, memsim.Prefill(prompt=16, cached=240, batch=4,
+                                                      runtime="vllm"))
+    whole = memsim.emulate(dev, mod, memsim.Prefill(prompt=256, batch=4, runtime="vllm"))
+    assert prefill.flops < whole.flops / 10          # 16 of 256 tokens computed
+    assert row.predicted == pytest.approx(
+        4 * 64 / (prefill.time_per_step + 64 * decode.time_per_token))
+    path.write_text(text.replace("cached_tokens = 240", "cached_tokens = 256"))
+    with pytest.raises(memsim.ConfigError) as error:
+        load_measurements(folder)
+    assert error.value.field.endswith("cached_tokens")
+
+
 def test_a_row_states_its_activation_type():
     """torchao's float8 weight-only row runs FP8 weights on BF16 activations (W8A16): the row
     says so and memsim's Decode receives it; rows that do not say take the weights' usual one."""
