@@ -640,20 +640,25 @@ def validate(folder: Path | None = None, output: Path | None = None) -> tuple[li
     """Predict every measurement and render the report; write it only to ``output`` (an
     existing file there must be an earlier report). Returns the rows and the Markdown."""
     folder = Path(folder) if folder is not None else default_folder()
-    if not (folder / "measurements.toml").exists():
-        raise ConfigError("no measurements.toml in the validation folder", file=str(folder),
-                          field="--folder")
-    rows = [predict(row, folder) for row in load_measurements(folder)]
+    rows = _predict_all(folder)
     text = render(rows, folder)
     if output is not None:
         _write(text, Path(output))
     return rows, text
 
 
+def _predict_all(folder: Path) -> list[Row]:
+    """Every measurement of a validation folder, predicted."""
+    if not (folder / "measurements.toml").exists():
+        raise ConfigError("no measurements.toml in the validation folder", file=str(folder),
+                          field="--folder")
+    return [predict(row, folder) for row in load_measurements(folder)]
+
+
 def summary(folder: Path | None = None) -> Summary:
-    """The medians per group and the unpredictable rows of a validation folder, as data."""
-    rows, _ = validate(folder)
-    return summarize(rows)
+    """The medians per group and the unpredictable rows of a validation folder, as data (the
+    report is not rendered: its kernel rows and landscape checks are not in the medians)."""
+    return summarize(_predict_all(Path(folder) if folder is not None else default_folder()))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
