@@ -1543,10 +1543,10 @@ def _repeat_layers(op, length, op_int, op_float, tensor_next, tensor_base, arena
 
 
 @jit
-def walk_step(op_int, op_float, step, seed, n_cores, vector_rate, launch_s, host_launch_s,
-              tier_bandwidth, tier_latency_s, tier_granularity, link_bandwidth, link_latency_s,
-              collective_s, routes, arena, first_op, max_runs, tensor_next, tensor_base,
-              read_bits, written_bits, results, times):
+def walk_step(op_int, op_float, step, seed, n_cores, vector_rate, launch_s, kernel_fixed_s,
+              host_launch_s, tier_bandwidth, tier_latency_s, tier_granularity, link_bandwidth,
+              link_latency_s, collective_s, routes, arena, first_op, max_runs, tensor_next,
+              tensor_base, read_bits, written_bits, results, times):
     """Emulate decode step ``step`` (0-based) of the plan's ops from ``first_op`` on,
     accumulating into the outputs; returns the op it stopped before (the op count when done).
 
@@ -1562,7 +1562,9 @@ def walk_step(op_int, op_float, step, seed, n_cores, vector_rate, launch_s, host
     leaves enough free); the state is whole between ops, so the caller grows the arena
     (:func:`grow_arena`) and calls again from the op returned.
 
-    Each of an op's ``C_LAUNCHES`` kernels costs the device's dispatch gap ``launch_s``; a stack
+    Each of an op's ``C_LAUNCHES`` kernels costs the device's dispatch gap ``launch_s`` and, in
+    its own duration (the latency column), ``kernel_fixed_s`` that streams nothing (not charged to
+    collectives, hand-offs and all-to-alls: their times come from measured calls); a stack
     that launches from the host without a captured graph also cannot run an op faster than its
     host launches (``host_launch_s`` each, 0 when graphed): the launch column takes the rest.
     """
@@ -1599,6 +1601,8 @@ def walk_step(op_int, op_float, step, seed, n_cores, vector_rate, launch_s, host
                  link_latency_s, collective_s, routes, arena, read_bits, written_bits, results,
                  times, wave_bits)
         launches = op_int[op, C_LAUNCHES]
+        if kind < OP_COLLECTIVE:        # link ops are timed from measured calls, whole
+            times[op, n_tiers + 2] += kernel_fixed_s * launches
         times[op, n_tiers + 3] += launch_s * launches
         op_s = 0.0
         for col in range(times.shape[1]):

@@ -133,6 +133,7 @@ class Device:
     tiers: tuple[Tier, ...]
     layout: Layout
     op_launch_s: float
+    kernel_fixed_s: float             # a kernel's own time that streams nothing (ramp-up, drain)
     link: Link | None
     host_link: Link
     energy_j_per_flop: float
@@ -721,7 +722,8 @@ def parse_device(data: Mapping[str, Any], *, file: str) -> Device:
     layout = _parse_layout(data, [t.name for t in tiers], file=file)
 
     overheads = require_table(data["overheads"], file=file, field="overheads")
-    check_keys(overheads, required=("op_launch",), file=file, prefix="overheads.")
+    check_keys(overheads, required=("op_launch",), optional=("kernel_fixed",), file=file,
+               prefix="overheads.")
     energy = require_table(data["energy"], file=file, field="energy")
     check_keys(energy, required=("per_flop",), file=file, prefix="energy.")
     sources = require_table(data.get("sources", {}), file=file, field="sources")
@@ -753,6 +755,9 @@ def parse_device(data: Mapping[str, Any], *, file: str) -> Device:
         layout=layout,
         op_launch_s=_q(overheads, "op_launch", "time", file=file, prefix="overheads.",
                        minimum_exclusive=False, limit="latency"),
+        kernel_fixed_s=(_q(overheads, "kernel_fixed", "time", file=file, prefix="overheads.",
+                           minimum_exclusive=False, limit="latency")
+                        if "kernel_fixed" in overheads else 0.0),
         link=link,
         scale_out=_parse_scale_out(data, link, file=file),
         host_link=_parse_link(data["host_link"], file=file, name="host_link"),

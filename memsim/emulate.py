@@ -89,7 +89,8 @@ def run_step(plan: Plan, residency: Residency, step: int,
     op = 0
     while True:     # the walk stops early when the arena may run short of run nodes
         op = k.walk_step(plan.op_int, plan.op_float, step, plan.workload.seed, dev.cores,
-                         dev.vector_ops_per_s, plan.launch_s, plan.host_launch_s,
+                         dev.vector_ops_per_s, plan.launch_s, plan.kernel_fixed_s,
+                         plan.host_launch_s,
                          plan.tier_bandwidth, plan.tier_latency_s, plan.tier_granularity,
                          plan.link_bandwidth, plan.link_latency_s, plan.collective_latency_s,
                          routes, residency.arena, op, residency.max_runs,
@@ -308,8 +309,10 @@ class OpFrame:
         peer_ops = (kind == k.OP_EMBED) & (system.workload.tp > 1)
         for array in (op_micro, kind, layer, peer_ops):
             array.flags.writeable = False
+        fixed_launches = np.where(kind < k.OP_COLLECTIVE, op_int[:, k.C_LAUNCHES], 0)
         return cls(op_stage, op_micro, kind, layer, weight_ops, peer_ops,
-                   OpGroups(len(stages[0].tier_names), op_stage, op_micro, weight_ops, kind),
+                   OpGroups(len(stages[0].tier_names), op_stage, op_micro, weight_ops, kind,
+                            fixed_launches),
                    tuple(chain.from_iterable(p.op_names for p in stages)),
                    tuple(layer.tolist()), tuple(op_stage.tolist()), tuple(op_micro.tolist()),
                    any(map(_may_cross, stages)))
@@ -372,7 +375,7 @@ class SystemRun:
             tp=system.workload.tp, link_energy_j_per_byte=self.link_energy,
             peer_ops=ops.peer_ops, op_layer=ops.layer if system.parallel_stages else None,
             op_kind=ops.kind, host_s=self.host_s, static_power_w=self.static_power_w,
-            groups=ops.groups)
+            groups=ops.groups, kernel_fixed_s=stages[0].kernel_fixed_s)
         self.summaries: list[StepSummary] = []
         self.cold: StepCounts | None = None
         self.warm: StepCounts | None = None

@@ -131,6 +131,7 @@ class Plan:
     collective_latency_s: float       # fixed start-up of a collective call
     runtime: Runtime                  # the software stack the step runs under
     launch_s: float                   # device dispatch gap per kernel
+    kernel_fixed_s: float             # device time inside each kernel that streams nothing
     host_launch_s: float              # host cost per kernel launch (0 under a captured graph)
     op_int: np.ndarray                # [op, k.C_*]
     op_float: np.ndarray              # [op, k.F_*]
@@ -1315,7 +1316,7 @@ def _plan_stage(device: Device, model: Model, workload: Decode, policy: str, sh:
         link_bandwidth=link.bandwidth if link else math.inf,
         link_latency_s=link.latency_s if link else 0.0,
         collective_latency_s=link.collective_latency_s if link else 0.0,
-        runtime=stack, launch_s=device.op_launch_s,
+        runtime=stack, launch_s=device.op_launch_s, kernel_fixed_s=device.kernel_fixed_s,
         host_launch_s=(0.0 if stack.graphed(1 if expert_chip >= 0 else stages)
                        else stack.launch_s),
         op_int=op_int, op_float=op_float, op_names=lowered.op_names,
@@ -2020,7 +2021,8 @@ _LRU_KINDS = np.array([k.OP_EMBED, k.OP_MATMUL, k.OP_ATTENTION, k.OP_KV_APPEND],
 # Device figures that change no count, only time and energy: a plan made for one value serves
 # every other (the op tables stay; the per-tier figures and the peaks are swapped).
 TIMING_FIELDS = ("bandwidth", "sustained_bandwidth", "latency", "energy")
-TIMING_PATHS = ("clock", "overheads.op_launch", "energy.per_flop", "link.bandwidth",
+TIMING_PATHS = ("clock", "overheads.op_launch", "overheads.kernel_fixed", "energy.per_flop",
+                "link.bandwidth",
                 "link.latency", "link.energy", "link.collective_latency", "cost.usd_per_chip_hour")
 
 
@@ -2069,5 +2071,5 @@ def retarget(system: SystemPlan, device: Device) -> SystemPlan:
             link_bandwidth=link.bandwidth if link else math.inf,
             link_latency_s=link.latency_s if link else 0.0,
             collective_latency_s=link.collective_latency_s if link else 0.0,
-            launch_s=device.op_launch_s))
+            launch_s=device.op_launch_s, kernel_fixed_s=device.kernel_fixed_s))
     return dataclasses.replace(system, device=device, stages=tuple(stages))

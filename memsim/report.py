@@ -92,7 +92,9 @@ class StepSummary:
     host time per step where it is not overlapped. ``time_by_bound`` splits that time by what
     bound each op (``host``: the runtime's host work); ``time_split`` by what the time was
     spent on: ``weights`` (embedding, norms, matmuls), ``kv`` (attention and KV appends),
-    ``collectives`` (collectives, pipeline hand-offs, all-to-all), ``launch`` (kernel launches),
+    ``collectives`` (collectives, pipeline hand-offs, all-to-all), ``kernel_fixed`` (each
+    kernel's own time that streams nothing, the device's ``kernel_fixed``), ``launch`` (kernel
+    launches),
     ``host`` and ``pipeline_idle`` (the step less the average chip's own work: bubbles).
     ``energy_j`` is the dynamic energy of bytes and operations plus ``static_energy_j``, every
     chip's static power over the step.
@@ -507,7 +509,8 @@ class OpGroups:
     microbatch, kind, which read weights), worked out once per run instead of once per step."""
 
     def __init__(self, n_tiers: int, op_stage: np.ndarray, op_micro: np.ndarray,
-                 weight_ops: np.ndarray, op_kind: np.ndarray | None) -> None:
+                 weight_ops: np.ndarray, op_kind: np.ndarray | None,
+                 fixed_launches: np.ndarray | None = None) -> None:
         self.col = _Columns(n_tiers)
         self.stages = int(op_stage.max()) + 1
         self.micros = int(op_micro.max()) + 1
@@ -520,6 +523,8 @@ class OpGroups:
         # take, for a step whose critical path is every op
         self.spent_on_ops = (None if self.spent_on is None
                              else [np.flatnonzero(ops) for ops in self.spent_on])
+        # per op, its kernels that pay the device's kernel_fixed (the link ops' do not)
+        self.fixed_launches = fixed_launches
 
 
 def summarize(counts: StepCounts, tier_names: tuple[str, ...], energy_j_per_byte: tuple[float, ...],
@@ -530,13 +535,14 @@ def summarize(counts: StepCounts, tier_names: tuple[str, ...], energy_j_per_byte
               peer_ops: np.ndarray | None = None,
               op_layer: np.ndarray | None = None, op_kind: np.ndarray | None = None,
               host_s: float = 0.0, static_power_w: float = 0.0,
-              groups: OpGroups | None = None) -> StepSummary:
+              groups: OpGroups | None = None, kernel_fixed_s: float = 0.0) -> StepSummary:
     """Totals of one step's counters (:func:`_summarize`)."""
     return _summarize(counts, tier_names, energy_j_per_byte, energy_j_per_flop,
                       op_stage=op_stage, op_micro=op_micro, weight_ops=weight_ops, tp=tp,
                       link_energy_j_per_byte=link_energy_j_per_byte, peers=peers,
                       peer_ops=peer_ops, op_layer=op_layer, op_kind=op_kind, host_s=host_s,
-                      static_power_w=static_power_w, groups=groups)[0]
+                      static_power_w=static_power_w, groups=groups,
+                      kernel_fixed_s=kernel_fixed_s)[0]
 
 
 def _summarize(counts: StepCounts, tier_names: tuple[str, ...],
@@ -545,7 +551,7 @@ def _summarize(counts: StepCounts, tier_names: tuple[str, ...],
                link_energy_j_per_byte: float | np.ndarray, peers: StepCounts | None,
                peer_ops: np.ndarray | None, op_layer: np.ndarray | None,
                op_kind: np.ndarray | None, host_s: float, static_power_w: float,
-               groups: OpGroups | None) -> tuple[StepSummary, float]:
+               groups: OpGroups | None, kernel_fixed_s: float = 0.0) -> tuple[StepSummary, float]:
     """Totals of one step's counters: per chip of each stage, and over the system (``tp``
     chips per stage); bytes summed from per-op whole bytes.
 
@@ -599,9 +605,12 @@ def _summarize(counts: StepCounts, tier_names: tuple[str, ...],
     by_column = (counts.times if critical is groups.every_op
                  else counts.times[critical]).sum(axis=0)
     labels = _bound_labels(tier_names)
+    fixed = (None if groups.fixed_launches is None or kernel_fixed_s == 0.0
+             else np.minimum(groups.fixed_launches * kernel_fixed_s, counts.times[:, -2]))
     time_split = _time_split(counts.times, critical, groups.spent_on, step_time, host_s,
                              float(work[0]) if len(work) == 1 else float(work.mean()),
-                             groups.spent_on_ops if critical is groups.every_op else None)
+                             groups.spent_on_ops if critical is groups.every_op else None,
+                             fixed)
 
     # The system's totals are Python integers: one chip's counts fit int64 (limits.check_sizes),
     # but summed over stages and multiplied by the tensor-parallel chips they may not.
@@ -674,7 +683,7 @@ class StepSummarizer:
                  link_energy_j_per_byte: float | np.ndarray, peer_ops: np.ndarray | None,
                  op_layer: np.ndarray | None, op_kind: np.ndarray | None, host_s: float,
                  static_power_w: float, op_stage: np.ndarray, op_micro: np.ndarray,
-                 weight_ops: np.ndarray) -> None:
+                 weight_ops: np.ndarray, kernel_fixed_s: float = 0.0) -> None:
         self.tier_names, self.tp = tier_names, tp
         self.energy_j_per_flop = energy_j_per_flop
         self._fields = dict(energy_j_per_byte=energy_j_per_byte,
@@ -682,7 +691,8 @@ class StepSummarizer:
                             op_micro=op_micro, weight_ops=weight_ops, tp=tp,
                             link_energy_j_per_byte=link_energy_j_per_byte, peer_ops=peer_ops,
                             op_layer=op_layer, op_kind=op_kind, host_s=host_s,
-                            static_power_w=static_power_w, groups=groups)
+                            static_power_w=static_power_w, groups=groups,
+                            kernel_fixed_s=kernel_fixed_s)
         self._before: tuple[StepCounts, StepSummary, float] | None = None
 
     def __call__(self, counts: StepCounts, peers: StepCounts | None = None) -> StepSummary:
@@ -730,16 +740,22 @@ _OPERATION_RESULTS = slice(k.R_FLOPS, k.R_VECTOR_OPS + 1)
 
 def _time_split(times: np.ndarray, critical: np.ndarray, spent_on: list[np.ndarray] | None,
                 step_time: float, host_s: float, mean_work_s: float,
-                spent_on_ops: list[np.ndarray] | None = None) -> dict[str, float]:
+                spent_on_ops: list[np.ndarray] | None = None,
+                fixed: np.ndarray | None = None) -> dict[str, float]:
     """What the critical path's time went to (see :class:`StepSummary`); ``spent_on`` marks
     the ops of each of _SPENT_ON_NAMES (None: every op's time is on weights), and
     ``spent_on_ops`` lists them (given when ``critical`` is every op: the same elements in
-    the same order, so the same sums)."""
+    the same order, so the same sums). ``fixed`` is each op's kernel fixed time (the device's
+    ``kernel_fixed``, in the latency column), split out as ``kernel_fixed``."""
     every = spent_on_ops is not None or bool(critical.all())   # one chip's ops, in order
     launch = np.add.reduce(times[:, -1] if every else times[critical, -1])
     work = np.add.reduce(times[:, :-1], axis=1)
-    split = {"weights": 0.0, "kv": 0.0, "collectives": 0.0, "launch": float(launch),
-             "host": host_s, "pipeline_idle": max(0.0, step_time - host_s - mean_work_s)}
+    split = {"weights": 0.0, "kv": 0.0, "collectives": 0.0}
+    if fixed is not None:
+        work = work - fixed
+        split["kernel_fixed"] = float(np.add.reduce(fixed if every else fixed[critical]))
+    split.update(launch=float(launch), host=host_s,
+                 pipeline_idle=max(0.0, step_time - host_s - mean_work_s))
     if spent_on is None:
         split["weights"] = float(np.add.reduce(work if every else work[critical]))
         return split

@@ -344,6 +344,8 @@ def run_step(plan: Plan, state: ReferenceState, step: int, routes=None) -> dict:
             close_wave(vector_ops / dev.vector_ops_per_s)
         if kind == k.OP_MATMUL and routed and routes[row[k.C_ROUTE]][row[k.C_ROUTE_COL]] == 0:
             continue                                 # no work, no launch
+        if kind < k.OP_COLLECTIVE:
+            out["times"][op][n_tiers + 2] += plan.kernel_fixed_s * row[k.C_LAUNCHES]
         out["times"][op][n_tiers + 3] += plan.launch_s * row[k.C_LAUNCHES]
         host_bound = plan.host_launch_s * row[k.C_LAUNCHES] - sum(out["times"][op])
         if host_bound > 0:

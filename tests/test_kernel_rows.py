@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from importlib import resources
 from pathlib import Path
 
 import pytest
@@ -49,6 +50,23 @@ def test_gate_up_is_memsims_gate_plus_up_without_their_launches(tmp_path):
     assert row.weight_bytes == 2 * 8192 * 2048 * 2          # gate and up, BF16
     assert row.measured_s == pytest.approx(40e-6)
     assert row.error == pytest.approx(40e-6 / row.predicted_s - 1)   # positive: memsim faster
+
+
+def test_a_kernel_row_keeps_the_kernels_fixed_time(tmp_path):
+    """A profiler's kernel duration holds the kernel's own fixed time (the device's
+    kernel_fixed), only the gap between kernels is left out: gate_up is one kernel."""
+    (plain,) = rows_of(folder_with(tmp_path))
+    text = (resources.files("memsim.devices") / "h100-sxm.toml").read_text()
+    assert '\nop_launch = "2 us"\n' in text
+    devices = tmp_path / "devices"
+    devices.mkdir()
+    (devices / "h100-fixed.toml").write_text(
+        text.replace('name = "h100-sxm"', 'name = "h100-fixed"')
+        .replace('\nop_launch = "2 us"\n', '\nop_launch = "2 us"\nkernel_fixed = "3 us"\n'))
+    path = tmp_path / "kernels.toml"
+    path.write_text(path.read_text().replace('device = "h100-sxm"', 'device = "h100-fixed"'))
+    (fixed,) = rows_of(tmp_path)
+    assert fixed.predicted_s - plain.predicted_s == pytest.approx(3e-6)
 
 
 def test_a_row_whose_shape_is_not_memsims_shard_is_refused(tmp_path):

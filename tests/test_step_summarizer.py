@@ -34,7 +34,8 @@ def _direct(run: SystemRun, counts, peers) -> memsim.report.StepSummary:
                      link_energy_j_per_byte=run.link_energy, peers=peers,
                      peer_ops=ops.peer_ops,
                      op_layer=ops.layer if system.parallel_stages else None,
-                     op_kind=ops.kind, host_s=run.host_s, static_power_w=run.static_power_w)
+                     op_kind=ops.kind, host_s=run.host_s, static_power_w=run.static_power_w,
+                     groups=ops.groups, kernel_fixed_s=system.stages[0].kernel_fixed_s)
 
 
 @pytest.mark.parametrize("point", POINTS[:27], ids=lambda p: f"{p[0]}-{p[1]}-{p[2]}")

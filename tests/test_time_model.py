@@ -135,6 +135,26 @@ def test_time_split_adds_up_to_the_step():
     assert on_path == pytest.approx(report.warm.time_s)
 
 
+def test_kernel_fixed_is_paid_once_per_kernel_and_not_by_collectives():
+    base = memsim.device("h100-sxm")
+    fixed_s = 3.5e-6
+    with_fixed = base.with_overrides({"overheads.kernel_fixed": "3.5 us"})
+    fields = dict(batch=1, context=1024, tp=2)
+    before = memsim.emulate(base, "llama-3-8b", **fields)
+    after = memsim.emulate(with_fixed, "llama-3-8b", **fields)
+    assert after.bytes_read == before.bytes_read           # a time figure, no byte moves
+    plan = plan_system(with_fixed, memsim.model("llama-3-8b"), memsim.Decode(**fields)).stages[0]
+    kinds, launches = plan.op_int[:, k.C_KIND], plan.op_int[:, k.C_LAUNCHES]
+    paid = launches[kinds < k.OP_COLLECTIVE].sum()
+    assert after.warm.time_s - before.warm.time_s == pytest.approx(paid * fixed_s, rel=1e-9)
+    grew = after.warm_counts.times.sum(axis=1) - before.warm_counts.times.sum(axis=1)
+    assert np.all(grew[kinds == k.OP_COLLECTIVE] == 0)
+    assert after.warm.time_split["kernel_fixed"] == pytest.approx(paid * fixed_s, rel=1e-9)
+    assert "kernel_fixed" not in before.warm.time_split
+    for name in ("weights", "kv", "collectives", "launch"):
+        assert after.warm.time_split[name] == pytest.approx(before.warm.time_split[name])
+
+
 CHIPS = {"groq-lpu": dict(tp=8, pp=2), "wse-3": {}, "ipu-gc200": dict(pp=4)}
 
 

@@ -46,6 +46,7 @@ def small_runs(draw):
     base = memsim.device(draw(st.sampled_from(["h100-sxm", "mtia-v2", "groq-lpu"])))
     overrides = {
         "cores": draw(st.integers(1, 9)),
+        "overheads.kernel_fixed": f"{draw(st.sampled_from([0, 1, 3.5]))} us",
         f"tiers.{base.tiers[0].name}.capacity":
             f"{2 ** draw(st.integers(10, 21)) + draw(st.integers(0, 4096))} B",
     }

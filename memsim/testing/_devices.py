@@ -139,7 +139,9 @@ def scratch_data(draw, *, policy: SearchStrategy[str] | None,
         "tile": {axis: draw(st.sampled_from([128, 16, 32, 64, 256])) for axis in ("k", "n")},
         "tiers": tables,
         "layout": draw(_layout(policy, names)),
-        "overheads": {"op_launch": f"{draw(st.integers(0, 10_000))} ns"},
+        "overheads": {"op_launch": f"{draw(st.integers(0, 10_000))} ns",
+                      **({"kernel_fixed": f"{draw(st.integers(0, 5_000))} ns"}
+                         if draw(st.booleans()) else {})},
         "host_link": {"bandwidth": f"{draw(st.integers(4, 256))} GB/s"},
         "energy": {"per_flop": f"{draw(st.integers(10, 5_000))} fJ/FLOP"},
         **draw(_optional_tables()),
@@ -230,6 +232,7 @@ def _current(device: Device, path: str) -> tuple[float, str]:
     """The figure at a dotted path, in base units, and the unit to write it back in."""
     simple = {"clock": (device.clock_hz, "Hz"), "cores": (device.cores, ""),
               "overheads.op_launch": (device.op_launch_s, "s"),
+              "overheads.kernel_fixed": (device.kernel_fixed_s, "s"),
               "energy.per_flop": (device.energy_j_per_flop, "J/FLOP"),
               "compute.vector": (device.vector_ops_per_s, "FLOPS")}
     if device.link is not None:

@@ -79,7 +79,8 @@ def _device_figure(draw, data, dev):
     """A device-level figure in the wrong dimension, malformed or non-positive."""
     path, value = draw(st.sampled_from([
         ("clock", "80 GB"), ("clock", "fast"), ("clock", "0 Hz"), ("core_memory", "1 GHz"),
-        ("overheads.op_launch", "2 GB"), ("energy.per_flop", "0.7 pJ/bit"),
+        ("overheads.op_launch", "2 GB"), ("overheads.kernel_fixed", "-1 us"),
+        ("energy.per_flop", "0.7 pJ/bit"),
         ("compute.vector", "3 TB/s"), ("compute.vector", "0 FLOPS")]))
     table, key = (data, path) if "." not in path else (data[path.split(".")[0]],
                                                         path.split(".")[1])
