@@ -92,7 +92,9 @@ def show_text(dev: Device) -> str:
     lines = [f"{dev.display_name} ({dev.name}), {dev.vendor}; layout {dev.layout.policy}",
              f"  clock {format_quantity(dev.clock_hz, 'frequency')}, {dev.cores} "
              f"{dev.core_name}s with {format_quantity(dev.core_memory, 'capacity', binary=True)} "
-             f"each; op launch {format_quantity(dev.op_launch_s, 'time')}",
+             f"each; op launch {format_quantity(dev.op_launch_s, 'time')}"
+             + (f", kernel fixed {format_quantity(dev.kernel_fixed_s, 'time')}"
+                if dev.kernel_fixed_s else ""),
              "  compute  " + ", ".join(f"{c} {format_quantity(v, 'compute_rate')}"
                                        for c, v in dev.compute)
              + f"; vector {format_quantity(dev.vector_ops_per_s, 'compute_rate')}"]
