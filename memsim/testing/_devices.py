@@ -215,10 +215,13 @@ _TIER_FIELDS = {"capacity": "B", "bandwidth": "B/s", "sustained_bandwidth": "B/s
 
 
 def perturbable_fields(device: Device) -> tuple[str, ...]:
-    """The figures a perturbation scales by default: clock, cores, launch cost, energy per
-    operation, every compute peak a matmul can run at (:func:`memsim.device.matmul_classes`), each tier's capacity, bandwidth, latency and energy, and the
-    link's bandwidth and latency."""
+    """The figures a perturbation scales by default: clock, cores, launch cost (and the kernel
+    fixed time of a device that has one), energy per operation, every compute peak a matmul can
+    run at (:func:`memsim.device.matmul_classes`), each tier's capacity, bandwidth, latency and
+    energy, and the link's bandwidth and latency."""
     fields = ["clock", "cores", "overheads.op_launch", "energy.per_flop", "compute.vector"]
+    if device.kernel_fixed_s:
+        fields.append("overheads.kernel_fixed")
     fields += [f"compute.{name}" for name, _ in device.compute if name in matmul_classes()]
     for tier in device.tiers:
         fields += [f"tiers.{tier.name}.{key}" for key in ("capacity", "bandwidth", "latency",
