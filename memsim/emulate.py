@@ -90,11 +90,10 @@ def run_step(plan: Plan, residency: Residency, step: int,
     while True:     # the walk stops early when the arena may run short of run nodes
         op = k.walk_step(plan.op_int, plan.op_float, step, plan.workload.seed, dev.cores,
                          dev.vector_ops_per_s, plan.launch_s, plan.kernel_fixed_s,
-                         plan.host_launch_s,
-                         plan.tier_bandwidth, plan.tier_latency_s, plan.tier_granularity,
-                         plan.link_bandwidth, plan.link_latency_s, plan.collective_latency_s,
-                         routes, residency.arena, op, residency.max_runs,
-                         next_layer, plan.tensor_base, counts.read_bits,
+                         plan.host_launch_s, plan.tier_bandwidth, plan.tier_latency_s,
+                         plan.tier_granularity, plan.link_bandwidth, plan.link_latency_s,
+                         plan.collective_latency_s, routes, residency.arena, op,
+                         residency.max_runs, next_layer, plan.tensor_base, counts.read_bits,
                          counts.written_bits, counts.results, counts.times)
         if op == n_ops:
             return counts

@@ -2022,8 +2022,8 @@ _LRU_KINDS = np.array([k.OP_EMBED, k.OP_MATMUL, k.OP_ATTENTION, k.OP_KV_APPEND],
 # every other (the op tables stay; the per-tier figures and the peaks are swapped).
 TIMING_FIELDS = ("bandwidth", "sustained_bandwidth", "latency", "energy")
 TIMING_PATHS = ("clock", "overheads.op_launch", "overheads.kernel_fixed", "energy.per_flop",
-                "link.bandwidth",
-                "link.latency", "link.energy", "link.collective_latency", "cost.usd_per_chip_hour")
+                "link.bandwidth", "link.latency", "link.energy", "link.collective_latency",
+                "cost.usd_per_chip_hour")
 
 
 def is_timing_path(path: str) -> bool:

@@ -93,9 +93,9 @@ class StepSummary:
     bound each op (``host``: the runtime's host work); ``time_split`` by what the time was
     spent on: ``weights`` (embedding, norms, matmuls), ``kv`` (attention and KV appends),
     ``collectives`` (collectives, pipeline hand-offs, all-to-all), ``kernel_fixed`` (each
-    kernel's own time that streams nothing, the device's ``kernel_fixed``), ``launch`` (kernel
-    launches),
-    ``host`` and ``pipeline_idle`` (the step less the average chip's own work: bubbles).
+    kernel's own time that streams nothing, when the device has a ``kernel_fixed``),
+    ``launch`` (kernel launches), ``host`` and ``pipeline_idle`` (the step less the average
+    chip's own work: bubbles).
     ``energy_j`` is the dynamic energy of bytes and operations plus ``static_energy_j``, every
     chip's static power over the step.
     """
