@@ -304,7 +304,8 @@ class Report:
     @property
     def bottleneck(self) -> str:
         """What bound most of the warm step's critical path: a tier's name, 'link', 'compute',
-        'latency' or 'launch'."""
+        'latency' (exposed load latency, and each kernel's fixed time on a device with a
+        ``kernel_fixed``) or 'launch'."""
         by_bound = self.warm.time_by_bound
         return max(by_bound, key=by_bound.__getitem__)
 
