@@ -24,7 +24,6 @@ kernel that does not split K (AITER's a8w8 GEMMs on the MI300X: validation/kerne
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -69,8 +68,3 @@ def parse_gemm_tiles(table: Any, *, file: str,
             rows=require_int(spec["rows"], file=file, field=f"{where}.rows"),
             split_k=split_k, in_flight=in_flight)))
     return tuple(out)
-
-
-def tile_for(tiles: Mapping[str, GemmTile], fmt_name: str) -> GemmTile | None:
-    """The runtime's GEMM tile for a weight format, or None (the device's defaults)."""
-    return tiles.get(fmt_name)

@@ -56,7 +56,6 @@ from memsim.device import Device, FrozenTable, Link, thaw
 from memsim.errors import CapacityError, ConfigError
 from memsim.checkpoints import WeightFormats, weight_formats
 from memsim.formats import Format, get_format
-from memsim.gemmtile import tile_for
 from memsim.instructions import MLP_COLUMNS, in_flight_columns
 from memsim.handoff import handoff_seconds
 from memsim.kernels import step as k
@@ -1440,7 +1439,7 @@ def _lower_stage(device: Device, model: Model, workload: Decode, sh: Shard,
                      act_quant=path.act_quant_ops_per_element, act_bits=act_bits,
                      gemv_s=path.gemv_s_per_weight)
         row[k.C_LAUNCHES] = launches
-        gemm = tile_for(gemm_tiles, fmt.name)
+        gemm = gemm_tiles.get(fmt.name)
         if gemm is not None:            # the runtime's tensor-core kernel for this format
             row[k.C_M_GRAIN] = row[k.C_TILE_M] = gemm.rows
             row[k.C_SPLIT_K] = int(gemm.split_k)
