@@ -21,8 +21,9 @@ whose runtime says how many weight bytes its blocks keep in flight (``F_MLP``), 
 activation rows than the kernel runs at, reads an off-chip tier no faster than Little's law lets
 it: bytes in flight on the chip over the tier's latency, so a wave's bits from that tier take
 at least bits / 8 x latency / bytes in flight. A GEMM kernel without split-K (``C_SPLIT_K`` 0)
-whose runtime gives its CTAs' bytes in flight in the same columns is bounded the same way. ``C_ACT_REUSE`` adjacent N tiles share one read
-of the activation chunk, which their core keeps staged in its own memory.
+whose runtime gives its CTAs' bytes in flight in the same columns is bounded the same way.
+``C_ACT_REUSE`` adjacent N tiles share one read of the activation chunk, which their core keeps
+staged in its own memory.
 
 A prompt (prefill, or a prefill chunk riding in a decode step) tiles M too: with ``C_TILE_M`` set
 a matmul's work units are (N tile, M tile) pairs, N tile outer, so each M tile looks the weight

@@ -202,8 +202,8 @@ def render(tables: Sequence[dict[str, Any]], rows: Sequence[KernelRow],
         lines += [f"### {table['id']} ({table['device']}, {table['weights']} weights, "
                   f"{table['activations']} activations, runtime {table['runtime']})", "",
                   f"{table['library']}. Source: {table['source']}. {table.get('note', '')}", "",
-                  *([f"Timed per call of a CUDA graph of back-to-back calls: memsim's figure adds "
-                     f"one launch gap to the op's time.", ""]
+                  *(["Timed per call of a CUDA graph of back-to-back calls: memsim's figure adds "
+                     "one launch gap to the op's time.", ""]
                     if table.get("timing") == "graph-replay" else []),
                   medians + ".", ""]
         if findings and table["id"] in findings:

@@ -46,9 +46,9 @@ SPEC_METHODS = ("draft", "heads", "ngram")
 REQUIRED = ("id", "device", "model", "weights", "software", "runtime", "batch", "context",
             "metric", "value", "source")
 OPTIONAL = ("chips", "parallel", "kv", "activations", "note", "prompt", "serving",
-            "speculative_in_figure", "method", "draft", "gamma", "tree", "accepted_tokens", "acceptance",
-            "input_tokens", "output_tokens", "cached_tokens", "concurrency", "token_budget", "max_batch",
-            "scheduling")
+            "speculative_in_figure", "method", "draft", "gamma", "tree", "accepted_tokens",
+            "acceptance", "input_tokens", "output_tokens", "cached_tokens", "concurrency",
+            "token_budget", "max_batch", "scheduling")
 SERVING_METRICS = ("ms_per_token", "tokens_per_s_total", "tokens_per_s_per_user")
 SERVING_GROUP = "serving (continuous batching)"
 HEADER = "# memsim against measurements"
