@@ -4,8 +4,8 @@ Points are cut into chunks of points that share a model and device (a worker kee
 loaded), and the chunks run in parallel; only this process writes the store, one committed row
 per point as its chunk comes back. A point that fails, in whatever way, becomes a row with its
 error, and the sweep goes on: a worker that dies (killed, or crashed in native code) takes down
-the chunks it ran, whose points are run again one at a time in a worker of their own, so that the
-point that kills its worker gets an error row and every other point its figures. Workers die
+the chunk it was running, whose points run again one a chunk on new workers, so that the point
+that kills its worker gets an error row and every other point its figures. Workers die
 with the process that started them, and Ctrl-C stops the sweep with every finished row kept
 (:class:`SweepInterrupted`).
 """
@@ -22,10 +22,10 @@ import signal
 import sys
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from concurrent.futures import ProcessPoolExecutor, as_completed
-from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
+from multiprocessing.connection import Connection, wait
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -244,7 +244,7 @@ def sweep(study: Study | Sequence[Point] | Mapping[str, Any],
         raise ConfigError(f"expected at least one job, got {jobs!r}", field="jobs")
     start = time.perf_counter()
     from memsim import __version__
-    with Store(store) as results:
+    with LocalWorkers(jobs) as workers, Store(store) as results:
         held = results.keys(version=__version__) - _edited(results, points)
         results.claim(study_name, (p.key for p in points))
         todo = [p for p in points if p.key not in held]
@@ -261,12 +261,12 @@ def sweep(study: Study | Sequence[Point] | Mapping[str, Any],
         work = chunks(todo, chunk_size(len(todo), jobs), jobs)
         try:
             if scheduler is not None:
-                _run_dask(work, scheduler, jobs, record)
+                _run_dask(work, scheduler, jobs, workers, record)
             elif jobs == 1:
                 for chunk in work:
                     record(evaluate_chunk(chunk))
             else:
-                _run_local(work, jobs, record)
+                _isolate(workers.run(work, record), workers, record)
         except KeyboardInterrupt:
             if bar.stream is not None:
                 bar.stream.write("\n")         # end the progress line
@@ -311,50 +311,105 @@ def _watch_parent(parent: int) -> None:
 
 WORKER_DIED = ("WorkerDied: the worker process running this point ended abruptly (killed, out "
                "of memory, or crashed in native code)")
+PREFETCH_CHUNKS = 2     # chunks a worker holds: the one it runs and the next, so it never waits
 
 
-def _pool(jobs: int) -> ProcessPoolExecutor:
-    method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
-    return ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context(method),
-                               initializer=_die_with_parent, initargs=(os.getpid(),))
+def _start_method() -> str:
+    return "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
 
 
-def _run_pool(pool: ProcessPoolExecutor, work: list[list[Point]],
-              record: Callable[[list[tuple]], None], *, in_order: bool = False) -> list[Point]:
-    """Run the chunks on ``pool``; the points of chunks whose worker died, not recorded.
+def _serve_chunks(conn: Connection, work: Sequence[Sequence[Point]], parent: int) -> None:
+    """A worker: answer each chunk index that arrives (:func:`evaluate_encoded` of that chunk
+    of ``work``, which a forked worker holds from its parent) in turn, until None."""
+    _die_with_parent(parent)
+    while (index := conn.recv()) is not None:
+        conn.send(evaluate_encoded(work[index]))
 
-    ``in_order`` stops at the first chunk that died and returns it first, then the rest
-    unrun (on a pool of one worker that chunk is the one that killed it).
+
+class LocalWorkers:
+    """Worker processes on this machine, forked when :meth:`run` is given work and joined when
+    the ``with`` block ends (after the store's last write, so that their exits overlap it).
+
+    Each worker holds :data:`PREFETCH_CHUNKS` chunk indices and answers them in order, so the
+    first index it holds is the chunk it is running: a worker that dies loses that chunk alone,
+    its other chunks go to the next worker, and a new worker takes its place.
     """
-    before = set(multiprocessing.active_children())
-    lost: list[Point] = []
-    try:
-        with _frozen_heap():        # the workers fork on the first submits
-            futures = {pool.submit(evaluate_encoded, chunk): chunk for chunk in work}
-        for future in (list(futures) if in_order else as_completed(futures)):
-            try:
-                answer = future.result()
-            except BrokenProcessPool:
-                lost += futures[future]
-                if in_order:
-                    later = list(futures)[list(futures).index(future) + 1:]
-                    lost += [p for f in later for p in futures[f]]
-                    break
-                continue
-            record(with_keys(futures[future], answer))
-    except BaseException:
-        workers = set(multiprocessing.active_children()) - before
-        pool.shutdown(wait=False, cancel_futures=True)
-        for worker in workers:
-            worker.kill()
-        raise
-    pool.shutdown(cancel_futures=True)
-    return lost
+
+    def __init__(self, jobs: int) -> None:
+        self.jobs = jobs
+        self.started: list[Any] = []
+
+    def __enter__(self) -> LocalWorkers:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for process in self.started:
+            process.join()
+        self.started.clear()
+
+    def run(self, work: Sequence[Sequence[Point]],
+            record: Callable[[list[tuple]], None]) -> list[Sequence[Point]]:
+        """Run the chunks; the chunks whose worker died running them, not recorded."""
+        context = multiprocessing.get_context(_start_method())
+        queue = deque(range(len(work)))
+        held: dict[Connection, deque[int]] = {}
+        lost: list[Sequence[Point]] = []
+
+        def feed(conn: Connection) -> None:
+            mine = held[conn]
+            depth = PREFETCH_CHUNKS if len(queue) > self.jobs else 1   # the last: one each
+            while queue and len(mine) < depth:
+                mine.append(queue.popleft())
+                _send(conn, mine[-1])
+            if not mine:
+                _send(conn, None)
+                del held[conn]
+                conn.close()
+
+        def start() -> None:
+            here, there = context.Pipe()
+            process = context.Process(target=_serve_chunks, args=(there, work, os.getpid()),
+                                      daemon=True)
+            with _frozen_heap():
+                process.start()
+            there.close()
+            self.started.append(process)
+            held[here] = deque()
+            feed(here)
+
+        try:
+            for _ in range(min(self.jobs, len(work))):
+                start()
+            while held:
+                for conn in wait(list(held)):
+                    try:
+                        answer = conn.recv()
+                    except (EOFError, OSError):         # the worker died
+                        mine = held.pop(conn)
+                        conn.close()
+                        lost.append(work[mine.popleft()])
+                        queue.extendleft(reversed(mine))
+                        if queue:
+                            start()
+                        continue
+                    record(with_keys(work[held[conn].popleft()], answer))
+                    feed(conn)
+        except BaseException:
+            for process in self.started:
+                process.kill()
+            raise
+        return lost
+
+
+def _send(conn: Connection, message: int | None) -> None:
+    """Send to a worker; one that died meanwhile is noticed when its answer cannot be read."""
+    with contextlib.suppress(OSError):
+        conn.send(message)
 
 
 @contextlib.contextmanager
 def _frozen_heap():
-    """This process's objects kept out of the garbage collector's passes while workers fork
+    """This process's objects kept out of the garbage collector's passes while a worker forks
     from it (``gc.freeze``): a collection in a worker would touch every inherited object and
     so copy each page of the parent's heap (the Python docs' advice for a pre-fork server).
     Objects frozen before stay frozen."""
@@ -368,24 +423,16 @@ def _frozen_heap():
             gc.unfreeze()
 
 
-def _isolate(points: list[Point], record: Callable[[list[tuple]], None]) -> None:
-    """Run points whose worker died one at a time, each pool of one worker in turn: the first
-    point of a pool that dies killed it and gets an error row; the rest run again."""
-    while points:
-        lost = _run_pool(_pool(1), [[p] for p in points], record, in_order=True)
-        if not lost:
-            return
-        culprit, points = lost[0], lost[1:]
-        record([(culprit.key, culprit.inputs(), None, WORKER_DIED, 0.0)])
+def _isolate(lost: list[Sequence[Point]], workers: LocalWorkers,
+             record: Callable[[list[tuple]], None]) -> None:
+    """The points of chunks whose worker died, run again one a chunk: a worker that dies now
+    names the point that killed it (an error row), and every other point gets its figures."""
+    if lost:
+        for (culprit,) in workers.run([[p] for chunk in lost for p in chunk], record):
+            record([(culprit.key, culprit.inputs(), None, WORKER_DIED, 0.0)])
 
 
-def _run_local(work: list[list[Point]], jobs: int,
-               record: Callable[[list[tuple]], None]) -> None:
-    lost = _run_pool(_pool(jobs), work, record)
-    _isolate(lost, record)
-
-
-def _run_dask(work: list[list[Point]], scheduler: str, jobs: int,
+def _run_dask(work: list[list[Point]], scheduler: str, jobs: int, workers: LocalWorkers,
               record: Callable[[list[tuple]], None]) -> None:
     try:
         from distributed import Client, LocalCluster, as_completed as dask_completed
@@ -424,7 +471,7 @@ def _run_dask(work: list[list[Point]], scheduler: str, jobs: int,
         client.close()
         if cluster is not None:
             cluster.close()
-    _isolate(lost, record)
+    _isolate(lost, workers, record)
 
 
 def run_points(points: Iterable[Point]) -> list[tuple]:
