@@ -2,7 +2,10 @@
 and with two worker processes, against the same points run one by one in a Python loop, in the
 same run (the ratios are what to read on a shared machine). Each sweep's CPU time (this process
 and its workers) bounds what ``--jobs N`` can gain on N idle cores: N x the CPU of ``--jobs 1``
-over its own.
+over its own. The points' own time (the sum of the rows' ``seconds``) splits a sweep's wall time
+into its points and what memsim spends around them (store, forks, pipes, the last chunks'
+imbalance): ``--jobs N``'s ratio had its points run as fast as ``--jobs 1``'s is what memsim's
+own overhead allows; the rest of the gap is the points running slower on a shared host.
 
     python benchmarks/bench_sweep.py                 # 1,000 points; sweep --jobs 1 and --jobs 2
     python benchmarks/bench_sweep.py --jobs 2        # only --jobs 2
@@ -19,6 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from memsim.store import Store
 from memsim.study import grid
 from memsim.sweep import run_points, sweep
 
@@ -39,12 +43,16 @@ def study(quick: bool) -> list:
     return points[::10] if quick else points
 
 
-def timed_sweep(points: list, jobs: int) -> tuple[float, float, object]:
-    """One sweep into a new store: wall seconds, CPU seconds (with its workers), the result."""
+def timed_sweep(points: list, jobs: int) -> tuple[float, float, float]:
+    """One sweep into a new store: wall seconds, CPU seconds (with its workers) and the sum of
+    its points' own seconds (each row's)."""
     before = _cpu_s()
     with tempfile.TemporaryDirectory() as folder:
         result = sweep(points, Path(folder) / "bench.sqlite", jobs=jobs, name="bench")
-    return result.seconds, _cpu_s() - before, result
+        cpu = _cpu_s() - before
+        with Store(Path(folder) / "bench.sqlite", create=False) as store:
+            points_s = sum(row["seconds"] for row in store.rows("bench"))
+    return result.seconds, cpu, points_s
 
 
 def main() -> None:
@@ -65,24 +73,25 @@ def main() -> None:
           f"{len(CONTEXTS)} contexts, int8), {errors} of them over capacity (rows with an error)")
     print(f"  one by one, one process  {loop_s:7.2f} s   {len(points) / loop_s:7.1f} points/s")
     all_jobs = args.jobs or [1, 2]
-    runs: dict[int, list[tuple[float, float]]] = {jobs: [] for jobs in all_jobs}
+    runs: dict[int, list[tuple[float, float, float]]] = {jobs: [] for jobs in all_jobs}
     for _ in range(max(1, args.repeats)):
         for jobs in all_jobs:
-            wall, cpu, _result = timed_sweep(points, jobs)
-            runs[jobs].append((wall, cpu))
-    medians = {jobs: (statistics.median(w for w, _ in r), statistics.median(c for _, c in r))
+            runs[jobs].append(timed_sweep(points, jobs))
+    medians = {jobs: tuple(statistics.median(run[i] for run in r) for i in range(3))
                for jobs, r in runs.items()}
-    for jobs, (wall, cpu) in medians.items():
-        against = ""
-        if 1 in medians and jobs > 1:
-            one_wall, one_cpu = medians[1]
-            against = (f";  {one_wall / wall:4.2f} x --jobs 1 (at most {jobs * one_cpu / cpu:4.2f}"
-                       f" on {jobs} idle cores)")
+    for jobs, (wall, cpu, points_s) in medians.items():
         print(f"  memsim sweep --jobs {jobs:<4d} {wall:7.2f} s   {len(points) / wall:7.1f} "
-              f"points/s   {loop_s / wall:5.2f} x the loop;  CPU {cpu:5.2f} s{against}")
+              f"points/s   {loop_s / wall:5.2f} x the loop;  CPU {cpu:5.2f} s;  points "
+              f"{points_s:5.2f} s, around them {wall - points_s / jobs:5.3f} s")
+        if 1 in medians and jobs > 1:
+            one_wall, one_cpu, one_points_s = medians[1]
+            same_speed = one_wall / (wall - (points_s - one_points_s) / jobs)
+            print(f"      {one_wall / wall:4.2f} x --jobs 1;  at most {jobs * one_cpu / cpu:4.2f} "
+                  f"by CPU;  {same_speed:4.2f} had its points run as fast as --jobs 1's")
     print(f"medians of {max(1, args.repeats)} sweeps each, taken in turn. CPU: this process's "
-          "and its finished workers' (os.times); on a shared machine the wall-clock ratio of "
-          "--jobs 2 follows the others' load, the CPU bound far less")
+          "and its finished workers' (os.times). points: the sum of the rows' seconds; around "
+          "them: wall minus points / jobs (store, forks, pipes, the last chunks). On a shared "
+          "machine the wall-clock ratio of --jobs 2 follows the others' load")
 
 if __name__ == "__main__":
     main()

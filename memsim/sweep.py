@@ -245,7 +245,8 @@ def sweep(study: Study | Sequence[Point] | Mapping[str, Any],
     start = time.perf_counter()
     from memsim import __version__
     with LocalWorkers(jobs) as workers, Store(store) as results:
-        held = results.keys(version=__version__) - _edited(results, points)
+        held = results.keys(version=__version__)
+        held -= _edited(results, [p for p in points if p.key in held])
         results.claim(study_name, (p.key for p in points))
         todo = [p for p in points if p.key not in held]
         bar = Progress(len(todo), sys.stderr if progress else None)
@@ -277,10 +278,10 @@ def sweep(study: Study | Sequence[Point] | Mapping[str, Any],
                        first_error=errors[0] if errors else None)
 
 
-def _edited(results: Store, points: Sequence[Point]) -> set[str]:
-    """Keys of held points whose named files (:meth:`Point.named_files`) hold other contents
-    than when their rows were computed: the rows are computed again, not reused."""
-    named = [p for p in points if p.named_files()]
+def _edited(results: Store, held: Sequence[Point]) -> set[str]:
+    """Keys of the held points whose named files (:meth:`Point.named_files`) hold other
+    contents than when their rows were computed: the rows are computed again, not reused."""
+    named = [p for p in held if p.named_files()]
     stored = results.files_of(p.key for p in named)
     return {p.key for p in named if p.key in stored and stored[p.key] != p.file_digests()}
 
