@@ -107,8 +107,13 @@ class Store:
                               file=self.path, field="store")
 
     def close(self) -> None:
-        """Close the database."""
+        """Close the database (the last connection copies the WAL into the file and syncs it)."""
         self.db.close()
+
+    def checkpoint(self) -> None:
+        """Copy the rows committed so far from the WAL into the database file and sync it
+        (SQLite's passive checkpoint), so that closing later syncs only the rows after them."""
+        self.db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
 
     def __enter__(self) -> Store:
         return self
@@ -135,7 +140,8 @@ class Store:
         return out
 
     def claim(self, study: str, keys: Iterable[str]) -> None:
-        """Record that ``study`` asked for the points ``keys`` (held ones included)."""
+        """Record that ``study`` asked for the held points ``keys`` (a point written for it
+        becomes its member as its row is written, :meth:`add_many`)."""
         self.db.executemany("INSERT OR IGNORE INTO members VALUES (?, ?)",
                             ((study, key) for key in keys))
         self.db.commit()

@@ -247,17 +247,23 @@ def sweep(study: Study | Sequence[Point] | Mapping[str, Any],
     with LocalWorkers(jobs) as workers, Store(store) as results:
         held = results.keys(version=__version__)
         held -= _edited(results, [p for p in points if p.key in held])
-        results.claim(study_name, (p.key for p in points))
+        # a held point joins the study now, a computed one as its row is written
+        results.claim(study_name, (p.key for p in points if p.key in held))
         todo = [p for p in points if p.key not in held]
         bar = Progress(len(todo), sys.stderr if progress else None)
         errors: list[str] = []
-        written = 0
+        written = recorded = 0
+        half = len(todo) // 2
+        elsewhere = jobs > 1 or scheduler is not None       # points run in other processes
 
         def record(rows: list[tuple]) -> None:
-            nonlocal written
+            nonlocal written, recorded
             written += write_rows(results, study_name, rows)
             errors.extend(row[3] for row in rows if row[3] is not None)
             bar.advance(len(rows))
+            before, recorded = recorded, recorded + len(rows)
+            if elsewhere and before < half <= recorded:
+                results.checkpoint()     # the first half synced while the workers run the rest
 
         work = chunks(todo, chunk_size(len(todo), jobs), jobs)
         try:

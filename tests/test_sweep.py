@@ -336,6 +336,21 @@ def _open_each(folder: str) -> list[str]:
     return errors
 
 
+def test_a_checkpoint_puts_the_rows_written_so_far_in_the_database_file(tmp_path):
+    """What a sweep does half way through while its workers run: the rows written so far are in
+    the database file itself, which a copy of that file alone (no WAL beside it) shows."""
+    store = Store(tmp_path / "r.sqlite")
+    store.add("a", "s", {"n": 1}, {"x": 1.0}, None, "v", 0.1)
+    store.checkpoint()
+    store.add("b", "s", {"n": 2}, {"x": 2.0}, None, "v", 0.1)
+    (tmp_path / "copy.sqlite").write_bytes((tmp_path / "r.sqlite").read_bytes())
+    copied = sqlite3.connect(tmp_path / "copy.sqlite")
+    assert [row[0] for row in copied.execute("SELECT key FROM points")] == ["a"]
+    copied.close()
+    store.close()
+    assert [row["key"] for row in Store(tmp_path / "r.sqlite").rows()] == ["a", "b"]
+
+
 def test_concurrent_first_opens_of_a_new_store_both_succeed(tmp_path):
     """Three processes create the same 300 stores, unsynchronized (the switch to WAL raced)."""
     import multiprocessing
