@@ -253,8 +253,11 @@ def sweep(study: Study | Sequence[Point] | Mapping[str, Any],
         bar = Progress(len(todo), sys.stderr if progress else None)
         errors: list[str] = []
         written = recorded = 0
-        half = len(todo) // 2
-        elsewhere = jobs > 1 or scheduler is not None       # points run in other processes
+        # with workers, the rows written so far are synced into the file when half, three
+        # quarters and seven eighths are in, while the workers run the rest: the close syncs
+        # the last eighth
+        checkpoints = ([len(todo) - len(todo) // 2 ** k for k in (1, 2, 3)]
+                       if jobs > 1 or scheduler is not None else [])
 
         def record(rows: list[tuple]) -> None:
             nonlocal written, recorded
@@ -262,8 +265,8 @@ def sweep(study: Study | Sequence[Point] | Mapping[str, Any],
             errors.extend(row[3] for row in rows if row[3] is not None)
             bar.advance(len(rows))
             before, recorded = recorded, recorded + len(rows)
-            if elsewhere and before < half <= recorded:
-                results.checkpoint()     # the first half synced while the workers run the rest
+            if any(before < mark <= recorded for mark in checkpoints):
+                results.checkpoint()
 
         work = chunks(todo, chunk_size(len(todo), jobs), jobs)
         try:
