@@ -252,7 +252,7 @@ def sweep(study: Study | Sequence[Point] | Mapping[str, Any],
         todo = [p for p in points if p.key not in held]
         bar = Progress(len(todo), sys.stderr if progress else None)
         errors: list[str] = []
-        written = recorded = 0
+        written = 0
         # with workers, the rows written so far are synced into the file when half, three
         # quarters and seven eighths are in, while the workers run the rest: the close syncs
         # the last eighth
@@ -260,12 +260,12 @@ def sweep(study: Study | Sequence[Point] | Mapping[str, Any],
                        if jobs > 1 or scheduler is not None else [])
 
         def record(rows: list[tuple]) -> None:
-            nonlocal written, recorded
+            nonlocal written
             written += write_rows(results, study_name, rows)
             errors.extend(row[3] for row in rows if row[3] is not None)
+            before = bar.done
             bar.advance(len(rows))
-            before, recorded = recorded, recorded + len(rows)
-            if any(before < mark <= recorded for mark in checkpoints):
+            if any(before < mark <= bar.done for mark in checkpoints):
                 results.checkpoint()
 
         work = chunks(todo, chunk_size(len(todo), jobs), jobs)
