@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from memsim.kernels import step as k
-from memsim.kernels.summary import group_totals
+from memsim.kernels.summary import group_totals, time_sums
 from memsim.units import format_quantity
 
 
@@ -518,14 +518,12 @@ class OpGroups:
         self.op_stage = np.ascontiguousarray(op_stage, dtype=np.int64)
         self.weight_ops = np.ascontiguousarray(weight_ops, dtype=np.bool_)
         self.every_op = np.ones(len(op_stage), dtype=bool)
-        self.spent_on = (None if op_kind is None
-                         else [_SPENT_ON[op_kind] == i for i in range(len(_SPENT_ON_NAMES))])
-        # the same ops as indices, in rising order: the elements (and so the sums) the masks
-        # take, for a step whose critical path is every op
-        self.spent_on_ops = (None if self.spent_on is None
-                             else [np.flatnonzero(ops) for ops in self.spent_on])
+        # per op, the index in _SPENT_ON_NAMES of what its time is spent on (no kinds: weights)
+        self.spent_class = (np.zeros(len(op_stage), dtype=np.int64) if op_kind is None
+                            else np.ascontiguousarray(_SPENT_ON[op_kind]))
         # per op, its kernels that pay the device's kernel_fixed (the link ops' do not)
-        self.fixed_launches = fixed_launches
+        self.fixed_launches = (None if fixed_launches is None
+                               else np.ascontiguousarray(fixed_launches, dtype=np.int64))
 
 
 def summarize(counts: StepCounts, tier_names: tuple[str, ...], energy_j_per_byte: tuple[float, ...],
@@ -579,39 +577,39 @@ def _summarize(counts: StepCounts, tier_names: tuple[str, ...],
     chip, chip_weight = _totals(counts, groups.op_stage, stages, groups.weight_ops)
     chip_read = tuple(per_tier(c[col.read]) for c in chip)
     chip_written = tuple(per_tier(c[col.written]) for c in chip)
-    op_time = counts.times.sum(axis=1)
-    if op_layer is not None:
-        buckets = op_layer + 1
-        per_layer = np.zeros((stages, int(buckets.max()) + 1))
-        np.add.at(per_layer, (op_stage, buckets), op_time)
-        slowest = per_layer.argmax(axis=0)
-        critical = op_stage == slowest[buckets]
-        work = per_layer.sum(axis=1)
-        step_time = float(per_layer.max(axis=0).sum())
-    elif stages == 1 and micros == 1:   # one chip's ops, in order: the running sum of add.at
-        work = np.cumsum(op_time)[-1:] if len(op_time) else np.zeros(1)
-        critical = groups.every_op
-        step_time = float(work[0])
+    if op_layer is None and stages == 1 and micros == 1:   # one chip's ops, in order
+        critical, work = groups.every_op, None
     else:
-        busy = np.zeros((stages, micros))
-        np.add.at(busy, (op_stage, op_micro), op_time)
-        path = busy.sum(axis=0)
-        work = busy.sum(axis=1)
-        if path.max() >= work.max():
-            critical = op_micro == int(np.argmax(path))
+        op_time = counts.times.sum(axis=1)
+        if op_layer is not None:
+            buckets = op_layer + 1
+            per_layer = np.zeros((stages, int(buckets.max()) + 1))
+            np.add.at(per_layer, (op_stage, buckets), op_time)
+            slowest = per_layer.argmax(axis=0)
+            critical = op_stage == slowest[buckets]
+            work = per_layer.sum(axis=1)
+            step_time = float(per_layer.max(axis=0).sum())
         else:
-            critical = op_stage == int(np.argmax(work))
-        step_time = float(max(path.max(), work.max()))
+            busy = np.zeros((stages, micros))
+            np.add.at(busy, (op_stage, op_micro), op_time)
+            path = busy.sum(axis=0)
+            work = busy.sum(axis=1)
+            if path.max() >= work.max():
+                critical = op_micro == int(np.argmax(path))
+            else:
+                critical = op_stage == int(np.argmax(work))
+            step_time = float(max(path.max(), work.max()))
+    with_fixed = groups.fixed_launches is not None and kernel_fixed_s != 0.0
+    running, by_column, launch, kernel_fixed, spent_on = time_sums(
+        counts.times, critical, groups.spent_class, len(_SPENT_ON_NAMES),
+        groups.fixed_launches if with_fixed else _NO_FIXED, kernel_fixed_s)
+    if work is None:            # one chip: the running sum of its ops, as add.at adds them
+        work = np.array([running])
+        step_time = running
     step_time += host_s
-    by_column = (counts.times if critical is groups.every_op
-                 else counts.times[critical]).sum(axis=0)
     labels = _bound_labels(tier_names)
-    fixed = (None if groups.fixed_launches is None or kernel_fixed_s == 0.0
-             else np.minimum(groups.fixed_launches * kernel_fixed_s, counts.times[:, -2]))
-    time_split = _time_split(counts.times, critical, groups.spent_on, step_time, host_s,
-                             float(work[0]) if len(work) == 1 else float(work.mean()),
-                             groups.spent_on_ops if critical is groups.every_op else None,
-                             fixed)
+    time_split = _time_split(spent_on, kernel_fixed if with_fixed else None, launch, host_s,
+                             step_time, float(work[0]) if len(work) == 1 else float(work.mean()))
 
     # The system's totals are Python integers: one chip's counts fit int64 (limits.check_sizes),
     # but summed over stages and multiplied by the tensor-parallel chips they may not.
@@ -638,7 +636,7 @@ def _summarize(counts: StepCounts, tier_names: tuple[str, ...],
     energy = sum((read[i] + written[i]) * energy_j_per_byte[i]
                  for i in range(len(tier_names)))
     energy += (act_read + act_written) * energy_j_per_byte[0]
-    energy += (link * link_energy_j_per_byte if np.ndim(link_energy_j_per_byte) == 0
+    energy += (link * link_energy_j_per_byte if not isinstance(link_energy_j_per_byte, np.ndarray)
                else float(_bytes(counts.results[:, k.R_LINK_BITS]) @ link_energy_j_per_byte)
                * tp)
     bytes_energy = energy
@@ -739,33 +737,16 @@ class StepSummarizer:
 _OPERATION_RESULTS = slice(k.R_FLOPS, k.R_VECTOR_OPS + 1)
 
 
-def _time_split(times: np.ndarray, critical: np.ndarray, spent_on: list[np.ndarray] | None,
-                step_time: float, host_s: float, mean_work_s: float,
-                spent_on_ops: list[np.ndarray] | None = None,
-                fixed: np.ndarray | None = None) -> dict[str, float]:
-    """What the critical path's time went to (see :class:`StepSummary`); ``spent_on`` marks
-    the ops of each of _SPENT_ON_NAMES (None: every op's time is on weights), and
-    ``spent_on_ops`` lists them (given when ``critical`` is every op: the same elements in
-    the same order, so the same sums). ``fixed`` is each op's kernel fixed time (the device's
-    ``kernel_fixed``, in the latency column), split out as ``kernel_fixed``."""
-    every = spent_on_ops is not None or bool(critical.all())   # one chip's ops, in order
-    launch = np.add.reduce(times[:, -1] if every else times[critical, -1])
-    work = np.add.reduce(times[:, :-1], axis=1)
-    split = {"weights": 0.0, "kv": 0.0, "collectives": 0.0}
-    if fixed is not None:
-        work = work - fixed
-        split["kernel_fixed"] = float(np.add.reduce(fixed if every else fixed[critical]))
-    split.update(launch=float(launch), host=host_s,
+def _time_split(spent_on: np.ndarray, kernel_fixed_s: float | None, launch_s: float,
+                host_s: float, step_time: float, mean_work_s: float) -> dict[str, float]:
+    """What the critical path's time went to (see :class:`StepSummary`), from its sums
+    (:func:`memsim.kernels.summary.time_sums`): the work per _SPENT_ON_NAMES, the kernels'
+    fixed time when the device's ``kernel_fixed`` is split out (else None), the launches."""
+    split = dict(zip(_SPENT_ON_NAMES, spent_on.tolist()))
+    if kernel_fixed_s is not None:
+        split["kernel_fixed"] = kernel_fixed_s
+    split.update(launch=launch_s, host=host_s,
                  pipeline_idle=max(0.0, step_time - host_s - mean_work_s))
-    if spent_on is None:
-        split["weights"] = float(np.add.reduce(work if every else work[critical]))
-        return split
-    if spent_on_ops is not None:
-        for name, ops in zip(_SPENT_ON_NAMES, spent_on_ops):
-            split[name] = float(np.add.reduce(work[ops]))
-        return split
-    for name, ops in zip(_SPENT_ON_NAMES, spent_on):
-        split[name] = float(np.add.reduce(work[ops if every else critical & ops]))
     return split
 
 
@@ -786,6 +767,7 @@ def _spent_on_table() -> np.ndarray:
 
 
 _SPENT_ON = _spent_on_table()
+_NO_FIXED = np.zeros(0, dtype=np.int64)     # no op's kernel fixed time split out
 
 
 def _group_rows(rows: tuple[OpRow, ...], *, by_chip: bool = False) -> list[OpRow]:

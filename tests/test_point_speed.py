@@ -1,32 +1,16 @@
-"""What the per-point speed-ups keep exact: a summary's time split taken by op indices equals
-the one taken by masks bit for bit, and a sweep's slim worker answers rebuild its rows."""
+"""What the per-point speed-ups keep exact: a sweep's slim worker answers rebuild its rows, and a
+point's items with its KV blocks are its cached items with those specs replaced (a summary's
+time sums: tests/test_time_sums.py)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from memsim.report import _SPENT_ON, _SPENT_ON_NAMES, _time_split
 from memsim.store import encoded
 from memsim.study import grid
 from memsim.sweep import (CHUNK_POINTS, MAX_CHUNK_POINTS, chunk_size, chunks, evaluate_chunk,
                           evaluate_encoded, with_keys)
-
-
-@pytest.mark.parametrize("n_ops", [1, 7, 8, 9, 130, 147, 723, 5000])
-def test_a_time_split_by_indices_is_the_split_by_masks(n_ops):
-    rng = np.random.default_rng(n_ops)
-    times = rng.random((n_ops, 6)) * 10.0 ** rng.integers(-9, -2, size=(n_ops, 1))
-    kind = rng.integers(0, len(_SPENT_ON), size=n_ops)
-    masks = [_SPENT_ON[kind] == i for i in range(len(_SPENT_ON_NAMES))]
-    every = np.ones(n_ops, dtype=bool)
-    by_mask = _time_split(times, every, masks, 1.0, 1e-6, 0.5)
-    by_index = _time_split(times, every, masks, 1.0, 1e-6, 0.5,
-                           [np.flatnonzero(m) for m in masks])
-    assert by_mask == by_index
-    for name in _SPENT_ON_NAMES:     # the closed form: numpy's own sum of those ops' work
-        assert by_mask[name] == float(times[:, :-1].sum(axis=1)[masks[
-            _SPENT_ON_NAMES.index(name)]].sum())
 
 
 def test_chunks_are_bounded_and_balance_the_workers():
