@@ -176,6 +176,22 @@ def _widest_format(layers: int, weights: str) -> Format:
     return max(found, key=lambda f: f.tensor_bits((1, 4096)))
 
 
+@lru_cache(maxsize=256)
+def _model_figures(model: Model, weights: str, kv: str,
+                   draft_heads: int) -> tuple[int, int, int, int, int]:
+    """What :func:`largest_counts` takes of the model alone, worked out once per model and
+    formats: its parameters with the draft heads', their bits in the widest weight format
+    (metadata included), a KV row's bits, the active parameters, the widest element's bits."""
+    wfmt, kvfmt = _widest_weight_format(model, weights), get_format(kv)
+    # each self-drafting head: a hidden x hidden residual block and a vocabulary projection
+    params = max(model.total_params, 1) + draft_heads * model.hidden * (
+        model.hidden + model.vocab)
+    k = max(model.hidden, 1)
+    weights_bits = wfmt.tensor_bits((-(-params // k) + model.layers * 16, k))
+    kv_row = kvfmt.tensor_bits((1, model.head_dim)) + kvfmt.tensor_meta_bits
+    return params, weights_bits, kv_row, model.active_params, wfmt.element_bits
+
+
 def largest_counts(device: Device, model: Model, workload: Decode) -> dict[str, int]:
     """Upper bounds of the largest counts one decode step can reach, as Python ints.
 
@@ -194,16 +210,15 @@ def largest_counts(device: Device, model: Model, workload: Decode) -> dict[str, 
     tile_k = workload.tile_k or device.tile_k
     tile_n = workload.tile_n or device.tile_n
     steps, new = workload.steps, workload.new_tokens
-    wfmt, kvfmt = _widest_weight_format(model, workload.weights), get_format(workload.kv)
-    # each self-drafting head: a hidden x hidden residual block and a vocabulary projection
-    params = max(model.total_params, 1) + workload.draft_heads * model.hidden * (
-        model.hidden + model.vocab)
-    k = max(model.hidden, 1)
-    weights_bits = wfmt.tensor_bits((-(-params // k) + model.layers * 16, k))
+    try:
+        figures = _model_figures(model, workload.weights, workload.kv, workload.draft_heads)
+    except TypeError:                  # a Model built in Python with unhashable fields
+        figures = _model_figures.__wrapped__(model, workload.weights, workload.kv,
+                                             workload.draft_heads)
+    params, weights_bits, kv_row, active_params, element_bits = figures
     final_tokens = workload.context + steps * new
     block = workload.kv_block
     kv_tokens = -(-final_tokens // block) * block
-    kv_row = kvfmt.tensor_bits((1, model.head_dim)) + kvfmt.tensor_meta_bits
     kv_bits = workload.batch * kv_tokens * model.kv_parts * model.layers * model.kv_heads * kv_row
     rows = max(workload.step_tokens, device.matrix_unit[0])
     rows = -(-rows // device.matrix_unit[0]) * device.matrix_unit[0]
@@ -211,8 +226,8 @@ def largest_counts(device: Device, model: Model, workload: Decode) -> dict[str, 
                  * (final_tokens * workload.batch * new
                     + (workload.prefill_context + 2 * workload.prefill_chunk * steps)
                     * workload.prefill_chunk))
-    flops = 2 * model.active_params * rows + attention
-    tile_bits = tile_k * tile_n * max(wfmt.element_bits, 16)
+    flops = 2 * active_params * rows + attention
+    tile_bits = tile_k * tile_n * max(element_bits, 16)
     tiles = params // max(tile_k * tile_n, 1) + model.layers * (16 + model.experts)
     return {"weights_bits": weights_bits, "kv_bits": kv_bits, "flops": flops,
             "tile_bits": tile_bits, "tiles": tiles * max(rows // device.matrix_unit[0], 1)}
