@@ -205,10 +205,20 @@ def device_from(request: DeviceRequest | Device | str, **what_ifs: Any) -> Devic
             return request
         return _apply(request, DeviceRequest(request.name, **what_ifs))
     if isinstance(request, str):
-        request = DeviceRequest(request, **what_ifs)
+        policy = what_ifs.get("policy", "auto")
+        request = (_named_request(request, policy)
+                   if what_ifs.keys() <= {"policy"} and isinstance(policy, str)
+                   else DeviceRequest(request, **what_ifs))
     elif what_ifs:
         request = dataclasses.replace(request, **what_ifs)
     return _device_cached(request, device_stamp(request.device))
+
+
+@lru_cache(maxsize=256)
+def _named_request(name: str, policy: str) -> DeviceRequest:
+    """``DeviceRequest(name, policy=policy)``, built once per name and policy (a study asks for
+    the same few devices at every point)."""
+    return DeviceRequest(name, policy=policy)
 
 
 @lru_cache(maxsize=64)
