@@ -416,7 +416,7 @@ class SystemRun:
             policy=system.policy, tp=workload.tp,
             pp=1 if system.parallel_stages else len(stages), ep=workload.ep,
             microbatches=workload.microbatches, holdings=holdings,
-            weights_held=workload.tp * sum(sum(h.weights.values()) for h in holdings),
+            weights_held=sum(system.bytes_by_tier("weight").values()),
             runtime=stages[0].runtime.name,
             padding=system.shard.describe(system.model) if system.shard.padded else "",
         )
