@@ -23,6 +23,7 @@ import subprocess
 import sys
 import time
 
+from host import HostWatch
 from memsim.device import device
 from memsim.emulate import Residency, run_step, run_system
 from memsim.emulate import emulate
@@ -145,14 +146,16 @@ def main() -> None:
           f"median of {args.repeats} in a warm process (ms)")
     print(f"{'model':28s} {'resolve':>8s} {'plan':>8s} {'walk':>8s} {'report':>8s} "
           f"{'sum':>8s} {'emulate':>8s} {'/ walk':>7s}")
-    for model_name in MODELS:
-        m = phases(args.device, model_name, workload, args.repeats)
-        total = m["resolve"] + m["plan"] + m["walk"] + m["report"]
-        print(f"{model_name:28s} " + " ".join(
-            f"{m[name] * 1e3:8.3f}" for name in ("resolve", "plan", "walk", "report"))
-            + f" {total * 1e3:8.3f} {m['point'] * 1e3:8.3f} {m['point'] / m['walk']:6.1f}x")
+    with HostWatch() as host:
+        for model_name in MODELS:
+            m = phases(args.device, model_name, workload, args.repeats)
+            total = m["resolve"] + m["plan"] + m["walk"] + m["report"]
+            print(f"{model_name:28s} " + " ".join(
+                f"{m[name] * 1e3:8.3f}" for name in ("resolve", "plan", "walk", "report"))
+                + f" {total * 1e3:8.3f} {m['point'] * 1e3:8.3f} {m['point'] / m['walk']:6.1f}x")
     print("/ walk: the whole point over its kernel calls alone, both measured in this run "
           "(what the Python around the walk costs, whatever the machine's load)")
+    print(host.describe())
 
 
 if __name__ == "__main__":

@@ -5,7 +5,11 @@ and its workers) bounds what ``--jobs N`` can gain on N idle cores: N x the CPU 
 over its own. The points' own time (the sum of the rows' ``seconds``) splits a sweep's wall time
 into its points and what memsim spends around them (store, forks, pipes, the last chunks'
 imbalance): ``--jobs N``'s ratio had its points run as fast as ``--jobs 1``'s is what memsim's
-own overhead allows; the rest of the gap is the points running slower on a shared host.
+own overhead allows; the rest of the gap is the points running slower on a shared host. How
+much slower the host alone makes them is measured beside the sweeps: ``N`` processes forked from
+this warm one, each evaluating its share of the same chunks with nothing of a sweep around them
+(no store, pipes or feeding), against one such process. That ratio is what this machine gives
+``N`` processes running these points at once, and a sweep's ratio is read against it.
 
     python benchmarks/bench_sweep.py                 # 1,000 points; sweep --jobs 1 and --jobs 2
     python benchmarks/bench_sweep.py --jobs 2        # only --jobs 2
@@ -16,15 +20,17 @@ own overhead allows; the rest of the gap is the points running slower on a share
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import statistics
 import tempfile
 import time
 from pathlib import Path
 
+from host import HostWatch
 from memsim.store import Store
 from memsim.study import grid
-from memsim.sweep import run_points, sweep
+from memsim.sweep import chunk_size, chunks, evaluate_encoded, run_points, sweep
 
 DEVICES = ["h100-sxm", "h200", "b200", "mi300x", "gaudi-3"]
 BATCHES = [1, 2, 4, 8, 16, 24, 32, 48, 64, 128]
@@ -55,6 +61,33 @@ def timed_sweep(points: list, jobs: int) -> tuple[float, float, float]:
     return result.seconds, cpu, points_s
 
 
+def bare_forks(points: list, jobs: int) -> float:
+    """Wall seconds of ``jobs`` processes forked from this warm one, each evaluating every
+    ``jobs``-th of the sweep's chunks as a worker does, with nothing of a sweep around them: no
+    store, no pipes, no chunks fed or rows sent back. With ``jobs`` 1 it is the same work in one
+    forked process, so the ratio of the two is what this host gives ``jobs`` processes."""
+    work = chunks(points, chunk_size(len(points), jobs), jobs)
+    start = time.perf_counter()
+    gc.freeze()
+    children = []
+    for k in range(jobs):
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                for chunk in work[k::jobs]:
+                    evaluate_encoded(chunk)
+                code = 0
+            finally:
+                os._exit(code)
+        children.append(pid)
+    gc.unfreeze()
+    failed = [pid for pid in children if os.waitpid(pid, 0)[1] != 0]
+    if failed:
+        raise RuntimeError(f"{len(failed)} of {jobs} bare forked processes failed")
+    return time.perf_counter() - start
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="100 points")
@@ -74,9 +107,14 @@ def main() -> None:
     print(f"  one by one, one process  {loop_s:7.2f} s   {len(points) / loop_s:7.1f} points/s")
     all_jobs = args.jobs or [1, 2]
     runs: dict[int, list[tuple[float, float, float]]] = {jobs: [] for jobs in all_jobs}
-    for _ in range(max(1, args.repeats)):
-        for jobs in all_jobs:
-            runs[jobs].append(timed_sweep(points, jobs))
+    bare: dict[int, list[float]] = {jobs: [] for jobs in {1, *all_jobs}}
+    with HostWatch() as host:
+        for _ in range(max(1, args.repeats)):
+            for jobs in all_jobs:
+                runs[jobs].append(timed_sweep(points, jobs))
+            for jobs in bare:
+                bare[jobs].append(bare_forks(points, jobs))
+    bare_wall = {jobs: statistics.median(walls) for jobs, walls in bare.items()}
     medians = {jobs: tuple(statistics.median(run[i] for run in r) for i in range(3))
                for jobs, r in runs.items()}
     for jobs, (wall, cpu, points_s) in medians.items():
@@ -86,12 +124,19 @@ def main() -> None:
         if 1 in medians and jobs > 1:
             one_wall, one_cpu, one_points_s = medians[1]
             same_speed = one_wall / (wall - (points_s - one_points_s) / jobs)
+            bare_ratio = bare_wall[1] / bare_wall[jobs]
             print(f"      {one_wall / wall:4.2f} x --jobs 1;  at most {jobs * one_cpu / cpu:4.2f} "
                   f"by CPU;  {same_speed:4.2f} had its points run as fast as --jobs 1's")
+            print(f"      this host: {jobs} bare forked processes {bare_wall[jobs]:.2f} s, "
+                  f"{bare_ratio:4.2f} x one ({bare_wall[1]:.2f} s); the sweep takes "
+                  f"{wall / bare_wall[jobs]:4.2f} x their time, its ratio "
+                  f"{one_wall / wall / bare_ratio:4.2f} x theirs")
     print(f"medians of {max(1, args.repeats)} sweeps each, taken in turn. CPU: this process's "
           "and its finished workers' (os.times). points: the sum of the rows' seconds; around "
-          "them: wall minus points / jobs (store, forks, pipes, the last chunks). On a shared "
-          "machine the wall-clock ratio of --jobs 2 follows the others' load")
+          "them: wall minus points / jobs (store, forks, pipes, the last chunks). Bare forked "
+          "processes: the sweep's chunks evaluated with nothing around them, taken in turn with "
+          "the sweeps; their ratio is what this machine gives that many processes at once")
+    print(host.describe())
 
 if __name__ == "__main__":
     main()
