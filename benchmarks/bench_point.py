@@ -4,6 +4,7 @@ stage and step) and report (the rest of ``memsim.emulate.run_system``: summaries
 
     python benchmarks/bench_point.py                  # H100: Llama 3 70B and Llama 3.2 1B, int8
     python benchmarks/bench_point.py --device b200 --weights int4-g128 --repeats 50
+    python benchmarks/bench_point.py --tp 2           # tensor parallel: collectives in every layer
     python benchmarks/bench_point.py --memory         # peak RSS under a 160 GiB on-chip what-if
     python benchmarks/bench_point.py --profile        # where plan and run_system spend, by function
 
@@ -129,6 +130,7 @@ def main() -> None:
     parser.add_argument("--weights", default="int8", help="int8: Llama 3 70B fits one H100")
     parser.add_argument("--batch", type=int, default=1)
     parser.add_argument("--context", type=int, default=4096)
+    parser.add_argument("--tp", type=int, default=1, help="tensor-parallel chips")
     parser.add_argument("--repeats", type=int, default=30)
     parser.add_argument("--memory", action="store_true",
                         help="peak memory of the 160 GiB on-chip what-if points instead")
@@ -138,12 +140,12 @@ def main() -> None:
     if args.memory:
         memory(args.weights)
         return
-    workload = Decode(batch=args.batch, context=args.context, weights=args.weights)
+    workload = Decode(batch=args.batch, context=args.context, weights=args.weights, tp=args.tp)
     if args.profile:
         profile(args.device, workload, args.repeats)
         return
-    print(f"{args.device}, batch {args.batch}, context {args.context}, weights {args.weights}, "
-          f"median of {args.repeats} in a warm process (ms)")
+    print(f"{args.device}, tp {args.tp}, batch {args.batch}, context {args.context}, weights "
+          f"{args.weights}, median of {args.repeats} in a warm process (ms)")
     print(f"{'model':28s} {'resolve':>8s} {'plan':>8s} {'walk':>8s} {'report':>8s} "
           f"{'sum':>8s} {'emulate':>8s} {'/ walk':>7s}")
     with HostWatch() as host:

@@ -312,6 +312,48 @@ def collective_seconds(stack: Runtime, device: Device, row: np.ndarray) -> tuple
     return timed.bandwidth_s, timed.latency_s + start_up
 
 
+def distinct_rows(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The rows of ``keys`` ([row, column] ints) that differ: the index of each distinct row's
+    first, in order of appearance, and each row's distinct row (an index into the first)."""
+    kind_of: dict[tuple[int, ...], int] = {}
+    firsts: list[int] = []
+    kinds: list[int] = []
+    for row, key in enumerate(map(tuple, keys.tolist())):
+        kind = kind_of.get(key)
+        if kind is None:
+            kind = kind_of[key] = len(firsts)
+            firsts.append(row)
+        kinds.append(kind)
+    return np.array(firsts, dtype=np.int64), np.array(kinds, dtype=np.int64)
+
+
+def set_collective_times(stack: Runtime, device: Device, op_int: np.ndarray,
+                         op_float: np.ndarray, collectives: np.ndarray, firsts: np.ndarray,
+                         kind: np.ndarray) -> None:
+    """Set the link times (:func:`collective_seconds`) of the collective op rows
+    ``collectives``, priced once per kind (``firsts``: each kind's first, an index into
+    ``collectives``; ``kind``: each row's), which must be alike in COLLECTIVE_COLUMNS, the
+    figures a collective's time depends on."""
+    if not len(collectives):
+        return
+    stack_id, device_id = _Identity(stack), _Identity(device)
+    seconds = np.array([_priced_collective(stack_id, device_id, tuple(key)) for key in
+                        op_int[collectives[firsts]][:, COLLECTIVE_COLUMNS].tolist()],
+                       dtype=np.float64)
+    op_float[collectives, k.F_LINK_S:k.F_LINK_LATENCY_S + 1] = seconds[kind]
+
+
+@functools.lru_cache(maxsize=256)
+def _priced_collective(stack: _Identity, device: _Identity,
+                       key: tuple[int, ...]) -> tuple[float, float]:
+    """:func:`collective_seconds` of a collective whose COLLECTIVE_COLUMNS are ``key``, once
+    per stack and device object (the library's tuner weighs every algorithm and protocol, some
+    50 us a call): a study's points of one batch share their collectives."""
+    row = np.zeros(k.N_INT_COLS, dtype=np.int64)
+    row[list(COLLECTIVE_COLUMNS)] = key
+    return collective_seconds(stack.value, device.value, row)
+
+
 def send_seconds(device: Device, stack: Runtime, row: Sequence[int], *, to_first: bool,
                  stage: int, stages: int, tp: int) -> tuple[float, float]:
     """A pipeline hand-off's bandwidth and latency time over the path the stack copies it on
@@ -1771,6 +1813,8 @@ class _StageRows:
     layers: tuple[int, ...]
     decode: np.ndarray          # [op]: not a prompt chunk's op
     collectives: np.ndarray     # rows of OP_COLLECTIVE
+    collective_firsts: np.ndarray   # per kind of collective: its first in ``collectives``
+    collective_kind: np.ndarray     # per collective: its kind (an index of the above)
     sends: np.ndarray           # rows of OP_SEND
     to_first: tuple[bool, ...]  # per send: the sampled tokens back to the first stage
 
@@ -1781,10 +1825,15 @@ class _StageRows:
         kind = op_int[:, k.C_KIND]
         decode = np.array([name not in _CHUNK_OPS for name in op_names], dtype=bool)
         sends = np.flatnonzero(kind == k.OP_SEND)
+        collectives = np.flatnonzero(kind == k.OP_COLLECTIVE)
+        # a point sets no collective column but M, and M by the op's role: collectives alike in
+        # the other columns and in role are alike at every batch and context
+        firsts, collective_kind = distinct_rows(np.column_stack(
+            (op_int[collectives][:, _STATIC_COLLECTIVE_COLUMNS], m_role[collectives])))
         return cls(_read_only(op_int), _read_only(op_float), op_names, op_formats,
                    _read_only(np.ascontiguousarray(op_micro)),
                    _read_only(np.ascontiguousarray(m_role)), layers, _read_only(decode),
-                   _read_only(np.flatnonzero(kind == k.OP_COLLECTIVE)),
+                   _read_only(collectives), _read_only(firsts), _read_only(collective_kind),
                    _read_only(sends), tuple(op_names[i] == "send_tokens" for i in sends))
 
     def with_batch(self, device: Device, stack: Runtime, tp: int, stage: int, stages: int, *,
@@ -1801,13 +1850,8 @@ class _StageRows:
         if not len(self.collectives) and not len(self.sends):
             return op_int, self.op_float.copy()
         op_float = self.op_float.copy()
-        timed: dict[tuple[int, ...], tuple[float, float]] = {}
-        for row in self.collectives.tolist():
-            columns = tuple(op_int[row, COLLECTIVE_COLUMNS].tolist())
-            seconds = timed.get(columns)
-            if seconds is None:
-                seconds = timed[columns] = collective_seconds(stack, device, op_int[row])
-            op_float[row, k.F_LINK_S:k.F_LINK_LATENCY_S + 1] = seconds
+        set_collective_times(stack, device, op_int, op_float, self.collectives,
+                             self.collective_firsts, self.collective_kind)
         for row, to_first in zip(self.sends.tolist(), self.to_first):
             op_float[row, k.F_LINK_S:k.F_LINK_LATENCY_S + 1] = send_seconds(
                 device, stack, op_int[row], to_first=to_first, stage=stage, stages=stages,
@@ -1884,6 +1928,8 @@ def _shape_fields(workload: Decode) -> tuple:
 _POINT_COLUMNS = np.array([k.C_BATCH, k.C_CONTEXT, k.C_KV_MAX_BLOCKS, k.C_M, k.C_STEP_TOKENS,
                            k.C_TOKEN_BASE, k.C_TENSOR, k.C_HOME, k.C_HOME_HI, k.C_SPLIT,
                            k.C_PINNED], dtype=np.int64)
+# the collective columns a point does not set (it sets M, by the op's role)
+_STATIC_COLLECTIVE_COLUMNS = [c for c in COLLECTIVE_COLUMNS if c not in _POINT_COLUMNS]
 
 
 def _need(tensors: list[Tensor]) -> dict[int, int]:
@@ -2049,12 +2095,9 @@ def retarget(system: SystemPlan, device: Device) -> SystemPlan:
             op_float[rows, k.F_PEAK] = path.ops_per_s
             op_float[rows, k.F_DEQUANT_OPS] = path.dequant_ops_per_weight
             op_float[rows, k.F_GEMV:] = path.gemv_s_per_weight
-        priced: dict[tuple[int, ...], tuple[float, float]] = {}
-        for op in np.flatnonzero(kinds == k.OP_COLLECTIVE):
-            key = tuple(int(plan.op_int[op, c]) for c in COLLECTIVE_COLUMNS)
-            if key not in priced:
-                priced[key] = collective_seconds(plan.runtime, device, plan.op_int[op])
-            op_float[op, k.F_LINK_S:k.F_GEMV] = priced[key]
+        collectives = np.flatnonzero(kinds == k.OP_COLLECTIVE)
+        set_collective_times(plan.runtime, device, plan.op_int, op_float, collectives,
+                             *distinct_rows(plan.op_int[collectives][:, COLLECTIVE_COLUMNS]))
         for op in np.flatnonzero(kinds == k.OP_SEND):     # the link each hand-off crosses
             op_float[op, k.F_LINK_S:k.F_GEMV] = send_seconds(
                 device, plan.runtime, plan.op_int[op],

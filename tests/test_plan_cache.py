@@ -241,3 +241,40 @@ def test_a_plan_set_on_cached_rows_is_the_plan_lowered_afresh():
         _stage_rows.cache_clear()
         _table_frame.cache_clear()
         assert _tables(device, model, {**shape, **point}) == patched, (device, model, point)
+
+
+def test_distinct_rows_names_each_kinds_first_row_and_each_rows_kind():
+    from memsim.plan import distinct_rows
+
+    firsts, kinds = distinct_rows(np.array([[1, 2], [3, 4], [1, 2], [5, 6], [3, 4]]))
+    assert firsts.tolist() == [0, 1, 3]
+    assert kinds.tolist() == [0, 1, 0, 2, 1]
+    firsts, kinds = distinct_rows(np.zeros((0, 3), dtype=np.int64))
+    assert firsts.size == 0 and kinds.size == 0
+
+
+def test_a_point_sets_no_collective_column_but_m():
+    """A stage's collectives are sorted into kinds once per process, by the columns a point
+    does not set and by the role that sets their M; that holds while M is the only collective
+    column a point sets."""
+    from memsim.plan import _POINT_COLUMNS, COLLECTIVE_COLUMNS
+
+    assert set(COLLECTIVE_COLUMNS) & set(_POINT_COLUMNS.tolist()) == {k.C_M}
+
+
+def test_collectives_are_priced_for_their_own_device_object():
+    """A collective's time priced for one device is not reused for another whose link differs,
+    nor does pricing the other change the first's (the prices are kept per device object)."""
+    dev = memsim.device("h100-sxm")
+    slow = dev.with_overrides({"link.bandwidth": "45 GB/s"})
+    workload = memsim.Decode(tp=4, batch=2, context=512)
+
+    def link_times(device):
+        plan = memsim.plan.plan_system(device, memsim.model("llama-3.2-1b"), workload).stages[0]
+        rows = plan.op_int[:, k.C_KIND] == k.OP_COLLECTIVE
+        return plan.op_float[rows, k.F_LINK_S:k.F_LINK_LATENCY_S + 1].copy()
+
+    first = link_times(dev)
+    slower = link_times(slow)
+    assert len(first) and (slower[:, 0] > first[:, 0]).all()
+    assert (link_times(dev) == first).all()
