@@ -622,9 +622,8 @@ def _summarize(counts: StepCounts, tier_names: tuple[str, ...],
         peer_group = np.where(peer_ops, 0, -1)
         own, own_weight = (a[0].tolist() for a in
                            _totals(counts, peer_group, 1, groups.weight_ops))
-        peer_total, peer_weight = (a[0].tolist() for a in
-                                   _totals(peers, np.zeros_like(peer_group), 1,
-                                           groups.weight_ops))
+        peer_total, peer_weight = (a[0].tolist() for a in      # the peers count no other op
+                                   _totals(peers, peer_group, 1, groups.weight_ops))
         every_list = [(t - o) * tp + o + p for t, o, p in zip(total, own, peer_total)]
         weight_read = [(t - o) * tp + o + p
                        for t, o, p in zip(weight_total, own_weight, peer_weight)]

@@ -63,3 +63,22 @@ def test_a_reused_summary_shares_no_dict():
         assert getattr(cold, name) is not getattr(warm, name)
     for name in ("chip_bytes_read", "chip_bytes_written", "chip_weight_bytes_read"):
         assert all(a is not b for a, b in zip(getattr(cold, name), getattr(warm, name)))
+
+
+TP_POINTS = [p for p in POINTS if p[2].get("tp", 1) > 1]
+
+
+def test_the_other_chips_count_the_peer_ops_alone():
+    """summarize adds the other chips' counts over the peer ops alone (the vocabulary-parallel
+    embedding lookup): no other op's row of theirs may hold a count."""
+    counted = 0
+    for device, model, fields in TP_POINTS:
+        system = plan_system(_device(device), memsim.model(model),
+                             memsim.Decode(**{**fields, "steps": 3}))
+        outside = ~SystemRun(system).ops.peer_ops
+        for step in range(3):
+            peers = _concatenate([peer_embedding_counts(plan, step) for plan in system.stages])
+            for counts in (peers.read_bits, peers.written_bits, peers.results, peers.times):
+                assert not counts[outside].any(), (device, model, fields, step)
+                counted += int(counts.any())
+    assert TP_POINTS and counted
