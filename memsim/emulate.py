@@ -14,7 +14,7 @@ from memsim.errors import ConfigError
 from memsim.kernels import step as k
 from memsim.inputs import decode_from, device_from, model_from
 from memsim.model import Model
-from memsim.plan import Plan, SystemPlan, crossing_link, plan_system
+from memsim.plan import Plan, SystemPlan, handoff_link, plan_system
 from memsim.routing import Router
 from memsim.runtime import Runtime
 from memsim.report import (ChipHoldings, OpGroups, Report, StepCounts, StepSummarizer,
@@ -257,11 +257,9 @@ def link_energy_per_op(system: SystemPlan, may_cross: bool | None = None) -> flo
                    & (plan.op_int[:, k.C_CHIPS] > dev.link.max_chips)] = (
                 dev.scale_out.energy_j_per_byte)
             for op in np.flatnonzero(kinds == k.OP_SEND):
-                to_first = plan.op_names[op] == "send_tokens"
-                tp = system.shard.tp
-                boundary, span = ((tp * plan.stages, tp * plan.stages) if to_first
-                                  else (tp * (plan.stage + 1), tp))
-                energy[op] = crossing_link(dev, boundary, span).energy_j_per_byte
+                energy[op] = handoff_link(
+                    dev, system.shard.tp, plan.stage, plan.stages,
+                    to_first=plan.op_names[op] == "send_tokens").energy_j_per_byte
         out.append(energy)
     energies = np.concatenate(out)
     return float(energies[0]) if (energies == energies[0]).all() else energies

@@ -265,14 +265,17 @@ LIBRARY_LINK_KIND = {"nvlink": "nvlink", "infinity-fabric": "infinity-fabric", "
                      "dcn": "ethernet"}
 
 
-def crossing_link(device: Device, boundary: int, span: int) -> Link:
-    """The link between chips ``boundary - span .. boundary - 1`` and the ``span`` chips from
-    ``boundary`` on: the link domain's when both sides lie in one domain of
-    ``link.max_chips`` chips, else the scale-out network's."""
+def handoff_link(device: Device, tp: int, stage: int, stages: int, *, to_first: bool) -> Link:
+    """The link a pipeline hand-off crosses: stage ``stage``'s activations from its ``tp`` chips
+    to the next stage's, or (``to_first``) the sampled tokens from the last stage's chips back
+    to the first stage's. Chips are numbered stage by stage and a link domain holds
+    ``link.max_chips`` consecutive ones (an HGX node's eight GPUs on NVSwitch): the hand-off
+    stays on the domain's link when the two stages' chips lie in one domain, else it crosses
+    the scale-out network. The tokens go back inside a domain when the whole system fits one
+    (tp 4 x pp 2 on one 8-GPU node: NVLink, as both stages' chips hang off its NVSwitch)."""
+    first, last = (0, tp * stages - 1) if to_first else (tp * stage, tp * (stage + 2) - 1)
     link = device.link
-    domain = link.max_chips
-    first, last = boundary - span, boundary + span - 1
-    if device.scale_out is None or first // domain == last // domain:
+    if device.scale_out is None or first // link.max_chips == last // link.max_chips:
         return link
     return device.scale_out
 
@@ -360,8 +363,8 @@ def send_seconds(device: Device, stack: Runtime, row: Sequence[int], *, to_first
     (:func:`memsim.handoff.handoff_seconds`: the link it crosses, or through the host): stage
     ``stage``'s activations to the next stage, or (``to_first``) the sampled tokens from the last
     stage back to the first, across the whole system."""
-    boundary, span = (tp * stages, tp * stages) if to_first else (tp * (stage + 1), tp)
-    return handoff_seconds(device, stack.pipeline, crossing_link(device, boundary, span),
+    return handoff_seconds(device, stack.pipeline,
+                           handoff_link(device, tp, stage, stages, to_first=to_first),
                            row[k.C_M] * row[k.C_K] * row[k.C_ACT_BITS] / 8.0)
 
 

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import memsim
+from memsim.emulate import link_energy_per_op
 from memsim.layout import collective_steps
 from memsim.plan import plan_system
 from memsim.runtime import collective_time, runtime
@@ -162,6 +164,25 @@ def test_a_pipeline_across_link_domains_hands_off_over_the_scale_out_network():
     assert send.time_s == pytest.approx(expected, rel=1e-12)
     with pytest.raises(memsim.ConfigError, match="scale_out.max_chips"):
         memsim.emulate(dev, "llama-3-8b", tp=8, pp=dev.scale_out.max_chips)
+
+
+@pytest.mark.parametrize("tp, pp, crosses", [(4, 2, False), (1, 8, False), (2, 2, False),
+                                              (8, 2, True), (2, 8, True)])
+def test_the_sampled_tokens_go_back_over_the_domain_link_when_the_system_fits_one(tp, pp,
+                                                                                 crosses):
+    """The last stage's sampled tokens reach the first stage over NVLink when every chip of the
+    system sits in one 8-GPU node (tp 4 x pp 2, pp 8), over InfiniBand when the stages span two
+    nodes; their bytes' energy is the same link's."""
+    dev = memsim.device("h100-sxm")
+    system = plan_system(dev, memsim.model("llama-3-8b"),
+                         memsim.Decode(batch=1, context=128, tp=tp, pp=pp))
+    report = memsim.emulate(dev, "llama-3-8b", batch=1, context=128, tp=tp, pp=pp)
+    back = next(r for r in report.ops if r.name == "send_tokens")
+    link = dev.scale_out if crosses else dev.link
+    assert back.time_s == pytest.approx(
+        back.link_bytes / link.bandwidth + link.latency_s + dev.op_launch_s, rel=1e-12)
+    energy = np.broadcast_to(link_energy_per_op(system), (len(report.ops),))
+    assert energy[report.ops.index(back)] == link.energy_j_per_byte
 
 
 @pytest.mark.parametrize("topology, chips, steps", [
