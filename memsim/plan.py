@@ -56,6 +56,7 @@ from memsim.device import Device, FrozenTable, Link, thaw
 from memsim.errors import CapacityError, ConfigError
 from memsim.checkpoints import WeightFormats, weight_formats
 from memsim.formats import Format, get_format
+from memsim.gemmtile import GemmTile
 from memsim.instructions import MLP_COLUMNS, in_flight_columns
 from memsim.handoff import handoff_seconds
 from memsim.kernels import step as k
@@ -366,6 +367,32 @@ def send_seconds(device: Device, stack: Runtime, row: Sequence[int], *, to_first
     return handoff_seconds(device, stack.pipeline,
                            handoff_link(device, tp, stage, stages, to_first=to_first),
                            row[k.C_M] * row[k.C_K] * row[k.C_ACT_BITS] / 8.0)
+
+
+def activation_bits(path: MatmulPath, act_in: Format, stream: Format) -> int:
+    """Bits per activation element a matmul reads: its activations' own format where the
+    device quantizes them for it (W8A8, FP8: ``path.act_quant_ops_per_element``), else the
+    stream's 16-bit format."""
+    return act_in.element_bits if path.act_quant_ops_per_element else stream.element_bits
+
+
+def kernel_columns(device: Device, path: MatmulPath, gemm: GemmTile | None) -> tuple[float, ...]:
+    """A matmul row's float columns from F_GEMV on: the runtime's GEMV kernel's seconds per
+    weight and bytes in flight (``path``), or, where the runtime runs the weights' format on a
+    tensor-core GEMM kernel (``gemm``), that kernel's CTAs' bytes in flight in place of the
+    GEMV's (zeros: no bound)."""
+    if gemm is None:
+        return path.gemv_s_per_weight
+    return (path.gemv_s_per_weight[:-MLP_COLUMNS]
+            + in_flight_columns(device.occupancy, gemm.in_flight))
+
+
+def kv_dequant_ops(device: Device, kv: Format, stream: Format) -> float:
+    """Vector operations per KV element attention spends converting the cache to the
+    activations' type: none where both run in one type on ``device``."""
+    if runtime_type(device, kv.compute)[0] == runtime_type(device, stream.compute)[0]:
+        return 0.0
+    return float(max(kv.dequant_ops, 1))
 
 
 def act_reuse_tiles(device: Device, tile_n: int) -> int:
@@ -1408,8 +1435,7 @@ def _lower_stage(device: Device, model: Model, workload: Decode, sh: Shard,
     final_tokens = workload.context + workload.steps * workload.new_tokens
     row_bits = kv_row_bits(model, kvfmt)
     act_peak = _stream_rate(device, act)
-    kv_dequant = (0.0 if runtime_type(device, kvfmt.compute)[0]
-                  == runtime_type(device, act.compute)[0] else float(max(kvfmt.dequant_ops, 1)))
+    kv_dequant = kv_dequant_ops(device, kvfmt, act)
     link = device.link
     steps_per_pass = collective_steps(group_link(device, sh.tp).topology, sh.tp) if link else 0
     index: dict[str, int] = {}      # tensor ids by name, of the items built row by row
@@ -1478,20 +1504,17 @@ def _lower_stage(device: Device, model: Model, workload: Decode, sh: Shard,
         path = paths.get(fmt.name)
         if path is None:
             path = paths[fmt.name] = matmul_path(device, fmt, act_in, stack)
-        act_bits = act_in.element_bits if path.act_quant_ops_per_element else act.element_bits
+        gemm = gemm_tiles.get(fmt.name)
         row = add_op(name, k.OP_MATMUL, layer, tensor_id, fmt, m=rows, kk=kk, n=n,
                      peak=path.ops_per_s, dequant=path.dequant_ops_per_weight,
-                     act_quant=path.act_quant_ops_per_element, act_bits=act_bits,
-                     gemv_s=path.gemv_s_per_weight)
+                     act_quant=path.act_quant_ops_per_element,
+                     act_bits=activation_bits(path, act_in, act),
+                     gemv_s=kernel_columns(device, path, gemm))
         row[k.C_LAUNCHES] = launches
-        gemm = gemm_tiles.get(fmt.name)
         if gemm is not None:            # the runtime's tensor-core kernel for this format
             row[k.C_M_GRAIN] = row[k.C_TILE_M] = gemm.rows
             row[k.C_SPLIT_K] = int(gemm.split_k)
             row[k.C_GEMV] = 0
-            # its CTAs' bytes in flight, not a GEMV's (zeros: no bound)
-            floats[-1] = (floats[-1][:-MLP_COLUMNS]
-                          + in_flight_columns(device.occupancy, gemm.in_flight))
         return row
 
     def norm(name: str, layer: int, launches: int, width: int = 0) -> None:
@@ -2082,22 +2105,35 @@ def is_timing_path(path: str) -> bool:
     return path in TIMING_PATHS or parts[0] in ("compute", "sustained_compute")
 
 
-def retarget(system: SystemPlan, device: Device) -> SystemPlan:
-    """The same plan on a device that differs from the plan's only in timing figures."""
+def retarget(system: SystemPlan, device: Device) -> SystemPlan | None:
+    """The same plan on ``device``, which differs from the plan's device only in timing figures
+    (:func:`is_timing_path`): every figure the lowering takes from the device is worked out
+    again for it (the matmuls' rates, dequantization and quantization work and GEMV or GEMM
+    kernel columns, attention's rate and KV conversion, the collectives' and hand-offs' link
+    times, the tiers' and links' figures). None where a compute what-if changes a count after
+    all: a class made native or taken away changes which activations a matmul quantizes, so
+    their bits, and the plan, differ (plan afresh)."""
     workload = system.workload
-    act_in = get_format(workload.activations)
-    act_peak = _stream_rate(device, stream_format(workload))
+    act_in, stream = get_format(workload.activations), stream_format(workload)
+    act_peak = _stream_rate(device, stream)
+    kv_dequant = kv_dequant_ops(device, get_format(workload.kv), stream)
     tiers, link = device.tiers, device.link
     stages = []
     for plan in system.stages:
         op_float = plan.op_float.copy()
         kinds = plan.op_int[:, k.C_KIND]
-        for name in set(plan.op_formats[op] for op in np.flatnonzero(kinds == k.OP_MATMUL)):
+        matmuls = kinds == k.OP_MATMUL
+        formats = np.array(plan.op_formats)
+        gemm_tiles = dict(plan.runtime.gemm)
+        for name in set(formats[matmuls].tolist()):
             path = matmul_path(device, get_format(name), act_in, plan.runtime)
-            rows = (kinds == k.OP_MATMUL) & (np.array(plan.op_formats) == name)
+            rows = matmuls & (formats == name)
+            if (plan.op_int[rows, k.C_ACT_BITS] != activation_bits(path, act_in, stream)).any():
+                return None
             op_float[rows, k.F_PEAK] = path.ops_per_s
             op_float[rows, k.F_DEQUANT_OPS] = path.dequant_ops_per_weight
-            op_float[rows, k.F_GEMV:] = path.gemv_s_per_weight
+            op_float[rows, k.F_ACT_QUANT_OPS] = path.act_quant_ops_per_element
+            op_float[rows, k.F_GEMV:] = kernel_columns(device, path, gemm_tiles.get(name))
         collectives = np.flatnonzero(kinds == k.OP_COLLECTIVE)
         set_collective_times(plan.runtime, device, plan.op_int, op_float, collectives,
                              *distinct_rows(plan.op_int[collectives][:, COLLECTIVE_COLUMNS]))
@@ -2106,7 +2142,9 @@ def retarget(system: SystemPlan, device: Device) -> SystemPlan:
                 device, plan.runtime, plan.op_int[op],
                 to_first=plan.op_names[op] == "send_tokens", stage=plan.stage,
                 stages=plan.stages, tp=system.shard.tp)
-        op_float[kinds == k.OP_ATTENTION, k.F_PEAK] = act_peak
+        attention = kinds == k.OP_ATTENTION
+        op_float[attention, k.F_PEAK] = act_peak
+        op_float[attention, k.F_DEQUANT_OPS] = kv_dequant
         stages.append(dataclasses.replace(
             plan, device=device, op_float=op_float,
             tier_bandwidth=np.array([t.sustained_bandwidth for t in tiers], dtype=np.float64),

@@ -102,17 +102,21 @@ PLAN_CACHE = 16
 
 def _plan(point: Point, dev: Any, mod: Any) -> Any:
     """The point's system plan; a plan made for a point that differs only in timing figures
-    (bandwidths, latencies, energies, peaks) is reused with the figures swapped."""
+    (bandwidths, latencies, energies, peaks) is reused with the figures swapped, unless the
+    swap would change a count (:func:`memsim.plan.retarget`)."""
     shape = (point.device, device_stamp(point.device), point.model, model_stamp(point.model),
              point.add_tiers, point.workload,
              tuple(kv for kv in point.overrides if not is_timing_path(kv[0])))
     cached = _PLANS.get(shape)
     if cached is not None:
-        return retarget(cached, dev)
+        reused = retarget(cached, dev)
+        if reused is not None:
+            return reused
     system = plan_system(dev, mod, decode_from(dict(point.workload)))
-    if len(_PLANS) >= PLAN_CACHE:
-        _PLANS.pop(next(iter(_PLANS)))
-    _PLANS[shape] = system
+    if cached is None:
+        if len(_PLANS) >= PLAN_CACHE:
+            _PLANS.pop(next(iter(_PLANS)))
+        _PLANS[shape] = system
     return system
 
 
