@@ -638,9 +638,9 @@ def collective_time(runtime: Runtime, kind: str, message_bytes: int, chips: int,
     Parameters
     ----------
     runtime
-        The stack; its ``collective`` table names the library (``nccl`` becomes ``rccl`` on an
-        ``infinity-fabric`` link: RCCL is NCCL's API on ROCm), the algorithm choice and its
-        custom all-reduce.
+        The stack; its ``collective`` table names the library (``nccl`` becomes ``rccl`` on AMD
+        GPUs, whose node link is ``infinity-fabric``, whatever link the call crosses: RCCL is
+        NCCL's API on ROCm), the algorithm choice and its custom all-reduce.
     kind
         ``"all_reduce"``, ``"all_gather"`` or ``"all_to_all"``.
     message_bytes
@@ -697,9 +697,7 @@ def collective_candidates(runtime: Runtime, kind: str, message_bytes: int, chips
     """
     _check_call(kind, message_bytes, chips, link_kind, link_bandwidth_bytes_per_s,
                 link_latency_s, hops)
-    name = runtime.collective.library
-    if name == "nccl" and link_kind == "infinity-fabric":
-        name = "rccl"
+    name = _library_name(runtime, link_kind, intra_link_kind)
     if chips == 1 or message_bytes == 0:
         return (_candidate(name, "none", "none", 0.0, 0.0),)
     library = collective_library(name)
@@ -724,6 +722,19 @@ def collective_candidates(runtime: Runtime, kind: str, message_bytes: int, chips
           and link_kind == library.msccl_link):
         candidates += _msccl_time(library, message_bytes, chips, link_bandwidth_bytes_per_s)
     return tuple(candidates)
+
+
+def _library_name(runtime: Runtime, link_kind: str, intra_link_kind: str) -> str:
+    """The library that runs the call: the stack's, with ``nccl`` run as ``rccl`` on AMD GPUs.
+
+    A stack loads its library by the GPU platform it is built for, not by the link a call
+    crosses (vLLM's ``find_nccl_library``: ``libnccl.so.2`` under CUDA, ``librccl.so.1`` under
+    ROCm), so a call between MI300X nodes still runs RCCL's tuner. The GPU shows in its node's
+    own link, ``infinity-fabric`` (xGMI) being AMD's: ``intra_link_kind`` for a call over the
+    network, ``link_kind`` for any other."""
+    node_link = intra_link_kind if link_kind in _NETWORK_LINKS else link_kind
+    name = runtime.collective.library
+    return "rccl" if name == "nccl" and node_link == "infinity-fabric" else name
 
 
 def _check_call(kind: str, message_bytes: int, chips: int, link_kind: str, bandwidth: float,

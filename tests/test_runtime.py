@@ -327,6 +327,23 @@ def test_rccl_runs_nccl_calls_on_infinity_fabric():
     assert ("tree", "simple") not in {(c.algorithm, c.protocol) for c in cands}
 
 
+@pytest.mark.parametrize("stack", ["hf-eager", "vllm"])
+def test_the_library_follows_the_gpu_not_the_link_between_nodes(stack):
+    """A tp-16 all-reduce over InfiniBand between two 8-GPU nodes (devices/mi300x.toml's
+    scale-out): on MI300X nodes (Infinity Fabric) it runs RCCL's tables, as vLLM on ROCm loads
+    librccl whatever link a call crosses; on NVLink nodes (H100) NCCL's, which are faster."""
+    def timed(rt, node_link):
+        return collective_time(rt, "all_reduce", 8 * 8192 * 2, 16, "infiniband", 50e9, 2.7e-6,
+                               15, chips_per_node=8, intra_link_kind=node_link,
+                               intra_link_latency_s=1e-6)
+    rccl = runtime(stack).with_overrides({"collective.library": "rccl"})
+    amd = timed(runtime(stack), "infinity-fabric")
+    assert amd.library == "rccl" and amd == timed(rccl, "infinity-fabric")
+    nvidia = timed(runtime(stack), "nvlink")     # both take the NVLink row: only the
+    assert nvidia.library == "nccl"             # library's tables tell them apart
+    assert nvidia.seconds < amd.seconds == timed(rccl, "nvlink").seconds
+
+
 def test_rccl_msccl_allpairs_closed_forms_on_8_chips_of_infinity_fabric():
     """RCCL's MSCCL all-pairs all-reduce: latency + 2 (n-1)/n x bytes / (link x efficiency), with
     the fitted figures of runtimes/collectives/rccl.toml reproducing the rccl-tests times they
