@@ -141,7 +141,7 @@ class SpecReport:
     target_kv_written: int           # KV rows the verification appended (every drafted token)
     draft_bytes: dict[str, int]      # the warm iteration's draft steps
     wasted_kv_bytes: float           # rolled back per iteration (expected), target and draft
-    energy_j: float                  # the warm iteration
+    energy_j: float                  # the warm iteration (see _iteration_energy)
     clock_hz: float
     verify_bound_by: str
     plain_bound_by: str
@@ -381,7 +381,7 @@ def speculative(device: Device | str, target: Model | str, draft: Model | str | 
         target_weight_bytes=dict(warm.weight_bytes_read),
         target_kv_written=_kv_written(target_run),
         draft_bytes=draft_bytes, wasted_kv_bytes=wasted,
-        energy_j=warm.energy_j + sum(s.energy_j for s in warm_drafts), clock_hz=dev.clock_hz,
+        energy_j=0.0, clock_hz=dev.clock_hz,        # set below, once the time is known
         verify_bound_by=max(warm.time_by_bound, key=warm.time_by_bound.__getitem__),
         plain_bound_by=baseline.bottleneck,
         draft_bound_by=_bound_of(warm_drafts),
@@ -390,7 +390,9 @@ def speculative(device: Device | str, target: Model | str, draft: Model | str | 
                             + len(warm_drafts) * bookkeeping.draft_step_host_s),
         runtime=target_system.stages[0].runtime.name,
     )
-    return report
+    own_draft = draft_system if draft_device is not None else None
+    return dataclasses.replace(report, energy_j=_iteration_energy(
+        report, [warm, *warm_drafts], target_system, own_draft))
 
 
 def break_even_batch(device: Device | str, target: Model | str, draft: Model | str | None = None,
@@ -410,6 +412,21 @@ def break_even_batch(device: Device | str, target: Model | str, draft: Model | s
         scan.append((batch, report.speedup))
     paying = [batch for batch, speedup in scan if speedup > 1.0]
     return (max(paying) if paying else None), tuple(scan)
+
+
+def _iteration_energy(report: SpecReport, steps: list[StepSummary], target: SystemPlan,
+                      own_draft: SystemPlan | None) -> float:
+    """One iteration's energy, J: the dynamic energy of the bytes and operations of its
+    ``steps`` (verification and drafts), plus every powered chip's static power once over the
+    whole iteration time. The powered chips are the target's (idle while the draft runs, during
+    the hand-off and the bookkeeping: still powered) and, when the draft has a device of its
+    own (``own_draft``), that device's chips (idle while the target verifies). A draft on the
+    target's first chip adds no chip. The steps' own static energy covers only their own time
+    and chips, so it is left out."""
+    dynamic = sum(step.energy_j - step.static_energy_j for step in steps)
+    systems = [target] + ([own_draft] if own_draft is not None else [])
+    watts = sum((system.device.idle_power_w or 0.0) * system.chips for system in systems)
+    return dynamic + watts * report.iteration_time_s
 
 
 def _kv_written(run: SystemRun) -> int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -165,3 +166,42 @@ def test_spec_on_the_command_line(capsys):
     assert data["gamma"] == 3 and data["monte_carlo"]["draws"] == 2000
     assert math.isclose(data["expected_tokens"], 1 + 0.9 + 0.9 * 0.8 + 0.9 * 0.8 * 0.7)
     assert main(["spec", "h100-sxm", "llama-3-8b", "--gamma", "two"]) == 2
+
+
+# Energy -------------------------------------------------------------------------------------
+
+def _dynamic_j(report: memsim.Report, steps: slice) -> float:
+    """The dynamic energy (bytes and operations) of some of a plain run's steps."""
+    return sum(s.energy_j - s.static_energy_j for s in report.steps[steps])
+
+
+@pytest.mark.parametrize("target, fields, draft_device, powered", [
+    ("llama-3-70b", {"tp": 8, "weights": "fp8-e4m3"}, None, {"h100-sxm": 8}),
+    ("llama-3-8b", {"tp": 1}, None, {"h100-sxm": 1}),
+    ("llama-3-8b", {"tp": 2}, "b200", {"h100-sxm": 2, "b200": 1}),
+])
+def test_every_powered_chip_pays_static_power_over_the_whole_iteration(target, fields,
+                                                                       draft_device, powered):
+    """The target's chips idle while the draft runs (the other seven at TP 8), the draft's own
+    device idles while the target verifies, and the bookkeeping and hand-off are on the clock
+    too: static energy is idle power x powered chips x iteration time. Without idle power the
+    energy is the dynamic part alone: the warm verification's and drafts' bytes and operations,
+    as plain runs of the two count them when the draft has a device of its own."""
+    devices = {name: memsim.device(name) for name in powered}
+    unpowered = {name: dataclasses.replace(dev, idle_power_w=None)
+                 for name, dev in devices.items()}
+    report, dynamic = (speculative(devs["h100-sxm"], target, "llama-3.2-1b", 4, 0.8,
+                                   draft_device=devs.get(draft_device), context=1024, **fields)
+                       for devs in (devices, unpowered))
+    assert report.bookkeeping_time_s > 0 and report.draft_time_s > 0
+    assert dynamic.iteration_time_s == report.iteration_time_s
+    watts = sum(devices[name].idle_power_w * chips for name, chips in powered.items())
+    assert report.energy_j - dynamic.energy_j == pytest.approx(
+        watts * report.iteration_time_s, rel=1e-9)
+    if draft_device is not None:       # no shared tier: the two run as they would alone
+        verify = memsim.emulate("h100-sxm", target, context=1024, new_tokens=5, steps=2,
+                                **fields)
+        drafts = memsim.emulate(draft_device, "llama-3.2-1b", context=1024, steps=8)
+        assert dynamic.energy_j == pytest.approx(
+            _dynamic_j(verify, slice(-1, None)) + _dynamic_j(drafts, slice(-4, None)),
+            rel=1e-12)
