@@ -11,7 +11,7 @@ from memsim.device import Device, device_names
 from memsim.emulate import emulate, run_system
 from memsim.inputs import device_from
 from memsim.model import Model
-from memsim.plan import plan_system
+from memsim.plan import SystemPlan, plan_system
 from memsim.units import format_quantity
 from memsim.workload import Decode
 
@@ -114,13 +114,20 @@ class SpillCost:
         return {**asdict(self), "slowdown": self.slowdown}
 
 
+def _largest_chip_bytes(system: SystemPlan) -> int:
+    """The most weight and KV-cache bytes one chip of any stage holds, over all its tiers: the
+    main tier that holds this never spills, however unevenly the stages split the model (the
+    average over the chips leaves a stage above it spilling)."""
+    return max(sum(plan.bytes_by_tier("weight").values()) + sum(plan.bytes_by_tier("kv").values())
+               for plan in system.stages)
+
+
 def spill_cost(dev: Device, model: Model, workload: Decode) -> SpillCost:
-    """Emulate ``workload`` as placed, and again with the main tier grown to hold it all."""
+    """Emulate ``workload`` as placed, and again with the main tier grown to hold all that the
+    fullest chip holds, so that no stage of the baseline spills."""
     system = plan_system(dev, model, workload)
-    held = [system.bytes_by_tier(kind) for kind in ("weight", "kv")]
-    need = sum(sum(h.values()) for h in held) // system.chips
     main = dev.layout.weights
-    capacity = max(need, dev.tier(main).capacity)
+    capacity = max(_largest_chip_bytes(system), dev.tier(main).capacity)
     roomy = dev.with_overrides({f"tiers.{main}.capacity": f"{capacity} B"})
     baseline = emulate(roomy, model, replace(workload, placement=(), policy="auto"))
     report = run_system(system)

@@ -27,12 +27,13 @@ from __future__ import annotations
 
 import dataclasses
 import typing
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from memsim.device import Device, Link, device as catalog_device, freeze, thaw
+from memsim.device import (_TOP_OPTIONAL, _TOP_REQUIRED, Device, Link, device as catalog_device,
+                           freeze, thaw)
 from memsim.datafile import file_stamp, tomllib
 from memsim.errors import ConfigError
 from memsim.model import (Model, check_model, is_model_path, model as catalog_model,
@@ -44,23 +45,34 @@ PRICE_PATH = "cost.usd_per_chip_hour"
 POLICY_PATH = "layout.policy"
 
 
-def _int_fields(cls: type, prefix: str = "") -> set[str]:
-    """Dotted paths of the integer fields of a device dataclass (``tile_k`` → ``tile.k``)."""
+def _device_path(name: str) -> str:
+    """Where a device file writes the integer Device field ``name``: a top-level key as itself,
+    any other in ``[tile]``, the one table whose integer keys Device holds as its own fields
+    (``tile_k`` → ``tile.k``, ``activation_width`` → ``tile.activation_width``)."""
+    return name if name in _TOP_REQUIRED + _TOP_OPTIONAL else "tile." + name.removeprefix("tile_")
+
+
+def _int_fields(cls: type, path: Callable[[str], str]) -> set[str]:
+    """Dotted paths of the integer fields of a device dataclass, ``path`` giving a field's from
+    its name; an integer triple (``matrix_unit``) gives one path per axis (``matrix_unit.m``)."""
     hints = typing.get_type_hints(cls)
     found = set()
     for f in dataclasses.fields(cls):
         hint = hints[f.name]
         if hint is int:
-            found.add(prefix + f.name.replace("tile_", "tile.", 1))
+            found.add(path(f.name))
         elif typing.get_origin(hint) is tuple and set(typing.get_args(hint)) == {int}:
-            found.update(f"{prefix}{f.name}.{axis}" for axis in "mnk")
+            found.update(f"{path(f.name)}.{axis}" for axis in "mnk")
     return found
 
 
 # Integer fields of a device file, found from the Device and Link dataclasses (a device file's
-# ``tile.k`` is ``Device.tile_k``; ``matrix_unit.m`` an element of ``Device.matrix_unit``).
-INT_PATHS = frozenset(_int_fields(Device) | _int_fields(Link, "link.")
-                      | _int_fields(Link, "host_link."))
+# ``tile.k`` is ``Device.tile_k``, its ``tile.activation_width`` ``Device.activation_width``;
+# ``matrix_unit.m`` an element of ``Device.matrix_unit``).
+INT_PATHS = frozenset(_int_fields(Device, _device_path)
+                      | _int_fields(Link, lambda name: f"link.{name}")
+                      | _int_fields(Link, lambda name: f"host_link.{name}")
+                      | _int_fields(Link, lambda name: f"scale_out.{name}"))
 FLOAT_PATHS = frozenset({PRICE_PATH})
 
 

@@ -9,8 +9,8 @@ import pytest
 
 import memsim
 from memsim.errors import ConfigError
-from memsim.inputs import (DeviceRequest, decode_from, device_from, model_from, request_of,
-                           typed_value)
+from memsim.inputs import (INT_PATHS, DeviceRequest, decode_from, device_from, model_from,
+                           request_of, typed_value)
 
 
 @pytest.mark.parametrize("path, value, read", [
@@ -23,6 +23,37 @@ from memsim.inputs import (DeviceRequest, decode_from, device_from, model_from, 
 def test_integer_fields_take_text_and_numbers(path, value, read):
     dev = device_from(DeviceRequest("h100-sxm", sets=((path, value),)))
     assert read(dev) == int(value)
+
+
+#: Every integer field a device file writes that a what-if can change, a value other than mi300x's,
+#: and how the Device reads it (``matrix_unit.k`` and ``core_memory`` no figure reads).
+INTEGER_FIELDS = {
+    "cores": (256, lambda d: d.cores),
+    "tile.k": (64, lambda d: d.tile_k),
+    "tile.n": (64, lambda d: d.tile_n),
+    "tile.activation_width": (128, lambda d: d.activation_width),
+    "matrix_unit.m": (16, lambda d: d.matrix_unit[0]),
+    "matrix_unit.n": (64, lambda d: d.matrix_unit[1]),
+    "link.max_chips": (4, lambda d: d.link.max_chips),
+    "link.ranks_per_chip": (2, lambda d: d.link.ranks_per_chip),
+}
+
+
+def test_mi300x_leaves_the_optional_integer_fields_unset():
+    """What the next test relies on: the type comes from the field, not the file's value."""
+    data = memsim.device("mi300x").data
+    assert "activation_width" not in data["tile"] and "ranks_per_chip" not in data["link"]
+
+
+@pytest.mark.parametrize("path", INTEGER_FIELDS)
+def test_every_integer_field_takes_text_as_the_api_takes_an_int(path):
+    """``--set tile.activation_width=128`` (a study's value is text too) on a device whose file
+    does not set it was refused as 'expected an integer', while the API took the int."""
+    value, read = INTEGER_FIELDS[path]
+    by_text = device_from(DeviceRequest("mi300x", sets=((path, str(value)),)))
+    assert path in INT_PATHS
+    assert read(by_text) == value and by_text == memsim.device("mi300x").with_overrides(
+        {path: value})
 
 
 @pytest.mark.parametrize("value", ["6.5", "sixty", True])
