@@ -117,6 +117,8 @@ F_DEQUANT_OPS = 1   # vector operations per stored element to dequantize (0 when
 F_ACT_QUANT_OPS = 2  # vector operations per activation element to quantize it (0: 16-bit)
 F_LINK_S = 3        # collectives: the library's bandwidth time for the call (memsim.runtime)
 F_LINK_LATENCY_S = 4  # collectives: its latency (start-up and steps)
+F_A2A_BANDWIDTH = F_LINK_S  # all-to-all: bytes/s its rows move at (memsim.plan.exchange_figures)
+F_A2A_LATENCY_S = F_LINK_LATENCY_S  # all-to-all: its hops' latency and the call's start-up
 F_GEMV = 5          # matmul: N_GEMV_PIPES fixed then N_GEMV_PIPES per-row seconds per weight on
                     # one core of the runtime's GEMV kernel, per pipe (all 0: no count)
 N_GEMV_PIPES = 8    # memsim.instructions.MAX_PIPES
@@ -1343,16 +1345,16 @@ def _send(op, op_int, op_float, n_tiers, results, times):
 
 
 @jit
-def _all_to_all(op, rows, op_int, link_bandwidth, link_latency_s, collective_s, n_tiers, results,
-                times):
+def _all_to_all(op, rows, op_int, op_float, n_tiers, results, times):
     """Expert parallel dispatch (or combine): ``rows`` token rows of ``C_K`` activations sent to
-    other chips at once, waiting for ``C_LINK_STEPS`` hops."""
+    other chips at once, at the exchange's rate and latency (``F_A2A_*``: the links its peers
+    sit behind, see :func:`memsim.plan.exchange_figures`)."""
     sent = rows * op_int[op, C_K] * op_int[op, C_ACT_BITS]
     results[op, R_LINK_BITS] += sent
     results[op, R_ACT_READ_BITS] += sent
     results[op, R_WAVES] += 1
-    times[op, n_tiers] += sent / 8.0 / link_bandwidth
-    times[op, n_tiers + 2] += op_int[op, C_LINK_STEPS] * link_latency_s + collective_s
+    times[op, n_tiers] += sent / 8.0 / op_float[op, F_A2A_BANDWIDTH]
+    times[op, n_tiers + 2] += op_float[op, F_A2A_LATENCY_S]
 
 
 @jit_inline
@@ -1545,8 +1547,8 @@ def _repeat_layers(op, length, op_int, op_float, tensor_next, tensor_base, arena
 
 @jit
 def walk_step(op_int, op_float, step, seed, n_cores, vector_rate, launch_s, kernel_fixed_s,
-              host_launch_s, tier_bandwidth, tier_latency_s, tier_granularity, link_bandwidth,
-              link_latency_s, collective_s, routes, arena, first_op, max_runs, tensor_next,
+              host_launch_s, tier_bandwidth, tier_latency_s, tier_granularity, routes, arena,
+              first_op, max_runs, tensor_next,
               tensor_base, read_bits, written_bits, results, times):
     """Emulate decode step ``step`` (0-based) of the plan's ops from ``first_op`` on,
     accumulating into the outputs; returns the op it stopped before (the op count when done).
@@ -1598,9 +1600,8 @@ def walk_step(op_int, op_float, step, seed, n_cores, vector_rate, launch_s, kern
                 < min(_runs_needed(op, kind, route, op_int, step, routes), max_runs - live)):
             return op
         _walk_op(op, kind, route, op_int, op_float, step, seed, n_cores, vector_rate,
-                 tier_bandwidth, tier_latency_s, tier_granularity, link_bandwidth,
-                 link_latency_s, collective_s, routes, arena, read_bits, written_bits, results,
-                 times, wave_bits)
+                 tier_bandwidth, tier_latency_s, tier_granularity, routes, arena, read_bits,
+                 written_bits, results, times, wave_bits)
         launches = op_int[op, C_LAUNCHES]
         if kind < OP_COLLECTIVE:        # link ops are timed from measured calls, whole
             times[op, n_tiers + 2] += kernel_fixed_s * launches
@@ -1619,13 +1620,13 @@ def walk_step(op_int, op_float, step, seed, n_cores, vector_rate, launch_s, kern
 
 @jit
 def _walk_op(op, kind, route, op_int, op_float, step, seed, n_cores, vector_rate,
-             tier_bandwidth, tier_latency_s, tier_granularity, link_bandwidth, link_latency_s,
-             collective_s, routes, arena, read_bits, written_bits, results, times, wave_bits):
+             tier_bandwidth, tier_latency_s, tier_granularity, routes, arena, read_bits,
+             written_bits, results, times, wave_bits):
     """One op of a step, by kind."""
     n_tiers = tier_bandwidth.shape[0]
     if kind == OP_ALL_TO_ALL:
-        _all_to_all(op, routes[route, op_int[op, C_ROUTE_COL]], op_int, link_bandwidth,
-                    link_latency_s, collective_s, n_tiers, results, times)
+        _all_to_all(op, routes[route, op_int[op, C_ROUTE_COL]], op_int, op_float, n_tiers,
+                    results, times)
     elif kind == OP_MATMUL:
         m = op_int[op, C_M] if route < 0 else routes[route, op_int[op, C_ROUTE_COL]]
         _matmul(op, m, op_int, op_float, n_cores, vector_rate, tier_bandwidth,

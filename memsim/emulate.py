@@ -14,7 +14,7 @@ from memsim.errors import ConfigError
 from memsim.kernels import step as k
 from memsim.inputs import decode_from, device_from, model_from
 from memsim.model import Model
-from memsim.plan import Plan, SystemPlan, handoff_link, plan_system
+from memsim.plan import Plan, SystemPlan, exchange_figures, handoff_link, plan_system
 from memsim.routing import Router
 from memsim.runtime import Runtime
 from memsim.report import (ChipHoldings, OpGroups, Report, StepCounts, StepSummarizer,
@@ -91,8 +91,7 @@ def run_step(plan: Plan, residency: Residency, step: int,
         op = k.walk_step(plan.op_int, plan.op_float, step, plan.workload.seed, dev.cores,
                          dev.vector_ops_per_s, plan.launch_s, plan.kernel_fixed_s,
                          plan.host_launch_s, plan.tier_bandwidth, plan.tier_latency_s,
-                         plan.tier_granularity, plan.link_bandwidth, plan.link_latency_s,
-                         plan.collective_latency_s, routes, residency.arena, op,
+                         plan.tier_granularity, routes, residency.arena, op,
                          residency.max_runs, next_layer, plan.tensor_base, counts.read_bits,
                          counts.written_bits, counts.results, counts.times)
         if op == n_ops:
@@ -238,9 +237,11 @@ def run_system(system: SystemPlan) -> Report:
 
 
 def link_energy_per_op(system: SystemPlan, may_cross: bool | None = None) -> float | np.ndarray:
-    """Energy per byte of the link each op's link bytes cross, J/B: a collective or all-to-all
-    of a group larger than one link domain, and a hand-off between stages in different domains,
-    cross the scale-out network (``scale_out.energy``); the rest the domain's ``link.energy``.
+    """Energy per byte of the link each op's link bytes cross, J/B: a collective of a group
+    larger than one link domain, and a hand-off between stages in different domains, cross the
+    scale-out network (``scale_out.energy``); an expert-parallel exchange pays each link's
+    energy for its share of the bytes (:func:`memsim.plan.exchange_figures`); the rest the
+    domain's ``link.energy``.
     One figure when every op's is the same. ``may_cross``: whether any op is of a kind that
     may cross it (:attr:`OpFrame.may_cross`; worked out here when None)."""
     dev = system.device
@@ -253,9 +254,12 @@ def link_energy_per_op(system: SystemPlan, may_cross: bool | None = None) -> flo
         energy = np.full(plan.n_ops, link_j_per_byte)
         if dev.link is not None and dev.scale_out is not None:
             kinds = plan.op_int[:, k.C_KIND]
-            energy[((kinds == k.OP_COLLECTIVE) | (kinds == k.OP_ALL_TO_ALL))
+            energy[(kinds == k.OP_COLLECTIVE)
                    & (plan.op_int[:, k.C_CHIPS] > dev.link.max_chips)] = (
                 dev.scale_out.energy_j_per_byte)
+            if system.parallel_stages:                # expert groups' exchanges
+                energy[kinds == k.OP_ALL_TO_ALL] = exchange_figures(
+                    dev, system.shard.tp, system.workload.ep, plan.stage)[2]
             for op in np.flatnonzero(kinds == k.OP_SEND):
                 energy[op] = handoff_link(
                     dev, system.shard.tp, plan.stage, plan.stages,

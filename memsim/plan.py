@@ -126,9 +126,6 @@ class Plan:
     tier_latency_s: np.ndarray
     tier_granularity: np.ndarray
     tier_energy_j_per_byte: np.ndarray
-    link_bandwidth: float             # bytes/s per direction (inf when there is no link)
-    link_latency_s: float
-    collective_latency_s: float       # fixed start-up of a collective call
     runtime: Runtime                  # the software stack the step runs under
     launch_s: float                   # device dispatch gap per kernel
     kernel_fixed_s: float             # device time inside each kernel that streams nothing
@@ -286,6 +283,31 @@ def group_link(device: Device, chips: int) -> Link:
     network's for a group larger than one domain (whose ``topology`` then sets its hops)."""
     domain = device.link
     return domain if chips <= domain.max_chips or device.scale_out is None else device.scale_out
+
+
+def exchange_figures(device: Device, tp: int, ep: int, group: int) -> tuple[float, float, float]:
+    """The link figures of an expert-parallel exchange (dispatch or combine) of expert group
+    ``group``'s emulated chip (its rank 0), which trades token rows with rank 0 of each other
+    group: chips ``j x tp`` for groups ``j``, numbered group by group, a link domain holding
+    ``link.max_chips`` consecutive chips. Its peers in its own domain are reached over the
+    domain's link, the others over the scale-out network, each peer taking an equal share of
+    the rows (uniform routing): the exchange lasts as long as the slower share at its link's
+    bandwidth, waits out the hops of every link it uses (the slowest's), and its bytes cost
+    their links' energy. Returns the rate all its bytes move at (bytes/s), its latency (s) and
+    its energy (J per byte). A group within one domain gets the domain's figures unchanged."""
+    domain = device.link
+    home = group * tp // domain.max_chips
+    near = sum(1 for j in range(ep) if j != group and j * tp // domain.max_chips == home)
+    far = ep - 1 - near
+    hops = domain.latency_s * collective_steps(domain.topology, ep) + domain.collective_latency_s
+    if far == 0 or device.scale_out is None:
+        return domain.bandwidth, hops, domain.energy_j_per_byte
+    out = device.scale_out
+    out_hops = out.latency_s * collective_steps(out.topology, ep) + out.collective_latency_s
+    peers = ep - 1
+    seconds_per_byte = max(near / peers / domain.bandwidth, far / peers / out.bandwidth)
+    return (1.0 / seconds_per_byte, max(out_hops, hops if near else 0.0),
+            (near * domain.energy_j_per_byte + far * out.energy_j_per_byte) / peers)
 
 
 # The op columns a collective's time depends on (its buffer, chips, passes and hops).
@@ -1339,7 +1361,6 @@ def _plan_stage(device: Device, model: Model, workload: Decode, policy: str, sh:
     mb = workload.microbatch
     m_rows = mb * workload.new_tokens + workload.prefill_chunk   # one microbatch with a chunk
     final_tokens = workload.context + workload.steps * workload.new_tokens
-    link = device.link
 
     # The stage's tensors: its weights once, each microbatch's KV cache of its layers.
     shape_key = (device, model, _shape_fields(workload), policy, sh, first_item, len(items),
@@ -1384,9 +1405,6 @@ def _plan_stage(device: Device, model: Model, workload: Decode, policy: str, sh:
         tier_latency_s=np.array([t.latency_s for t in tiers], dtype=np.float64),
         tier_granularity=np.array([t.granularity for t in tiers], dtype=np.int64),
         tier_energy_j_per_byte=np.array([t.energy_j_per_byte for t in tiers], dtype=np.float64),
-        link_bandwidth=link.bandwidth if link else math.inf,
-        link_latency_s=link.latency_s if link else 0.0,
-        collective_latency_s=link.collective_latency_s if link else 0.0,
         runtime=stack, launch_s=device.op_launch_s, kernel_fixed_s=device.kernel_fixed_s,
         host_launch_s=(0.0 if stack.graphed(1 if expert_chip >= 0 else stages)
                        else stack.launch_s),
@@ -1530,8 +1548,8 @@ def _lower_stage(device: Device, model: Model, workload: Decode, sh: Shard,
 
     residual_adds = 0 if fusion.fused_norm_residual else 1
     h, hd = model.hidden, model.head_dim
-    a2a_steps = (collective_steps(group_link(device, workload.ep).topology, workload.ep)
-                 if link else 0)
+    a2a_figures = (exchange_figures(device, sh.tp, workload.ep, expert_chip)[:2]
+                   if link and expert_chip >= 0 else (0.0, 0.0))
 
     def moe(layer: int) -> None:
         """Router, then each routed expert of this chip on the tokens the step sends it (a fused
@@ -1562,7 +1580,8 @@ def _lower_stage(device: Device, model: Model, workload: Decode, sh: Shard,
         row = add_op(name, k.OP_ALL_TO_ALL, layer, -1, act, kk=h)
         row[k.C_ROUTE] = route
         row[k.C_ROUTE_COL] = model.experts + expert_chip
-        row[k.C_LINK_STEPS] = a2a_steps
+        row[k.C_CHIPS] = sh.tp * workload.ep        # the chips its groups span
+        floats[-1] = floats[-1][:3] + a2a_figures + NO_GEMV
 
     def chunk_attention(layer: int) -> None:
         """The prompt chunk's sequence: its KV append and causal flash attention."""
@@ -2117,7 +2136,7 @@ def retarget(system: SystemPlan, device: Device) -> SystemPlan | None:
     act_in, stream = get_format(workload.activations), stream_format(workload)
     act_peak = _stream_rate(device, stream)
     kv_dequant = kv_dequant_ops(device, get_format(workload.kv), stream)
-    tiers, link = device.tiers, device.link
+    tiers = device.tiers
     stages = []
     for plan in system.stages:
         op_float = plan.op_float.copy()
@@ -2137,6 +2156,9 @@ def retarget(system: SystemPlan, device: Device) -> SystemPlan | None:
         collectives = np.flatnonzero(kinds == k.OP_COLLECTIVE)
         set_collective_times(plan.runtime, device, plan.op_int, op_float, collectives,
                              *distinct_rows(plan.op_int[collectives][:, COLLECTIVE_COLUMNS]))
+        if system.parallel_stages:                        # expert groups' exchanges
+            op_float[kinds == k.OP_ALL_TO_ALL, k.F_A2A_BANDWIDTH:k.F_A2A_LATENCY_S + 1] = (
+                exchange_figures(device, system.shard.tp, workload.ep, plan.stage)[:2])
         for op in np.flatnonzero(kinds == k.OP_SEND):     # the link each hand-off crosses
             op_float[op, k.F_LINK_S:k.F_GEMV] = send_seconds(
                 device, plan.runtime, plan.op_int[op],
@@ -2151,8 +2173,5 @@ def retarget(system: SystemPlan, device: Device) -> SystemPlan | None:
             tier_latency_s=np.array([t.latency_s for t in tiers], dtype=np.float64),
             tier_energy_j_per_byte=np.array([t.energy_j_per_byte for t in tiers],
                                             dtype=np.float64),
-            link_bandwidth=link.bandwidth if link else math.inf,
-            link_latency_s=link.latency_s if link else 0.0,
-            collective_latency_s=link.collective_latency_s if link else 0.0,
             launch_s=device.op_launch_s, kernel_fixed_s=device.kernel_fixed_s))
     return dataclasses.replace(system, device=device, stages=tuple(stages))

@@ -162,9 +162,8 @@ def run_step(plan: Plan, state: ReferenceState, step: int, routes=None) -> dict:
             counters["link_bits"] += sent
             counters["act_read_bits"] += sent
             counters["waves"] += 1
-            out["times"][op][n_tiers] += sent / 8.0 / plan.link_bandwidth
-            out["times"][op][n_tiers + 2] += (row[k.C_LINK_STEPS] * plan.link_latency_s
-                                              + plan.collective_latency_s)
+            out["times"][op][n_tiers] += sent / 8.0 / plan.op_float[op, k.F_A2A_BANDWIDTH]
+            out["times"][op][n_tiers + 2] += plan.op_float[op, k.F_A2A_LATENCY_S]
         elif kind == k.OP_MATMUL:
             m, kdim, n = row[k.C_M], row[k.C_K], row[k.C_N]
             if routed:

@@ -10,7 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import memsim
-from memsim.plan import plan_system
+from memsim.layout import collective_steps
+from memsim.plan import exchange_figures, plan_system
 from memsim.routing import Router, probabilities
 from memsim.testing import examples
 
@@ -237,3 +238,44 @@ def test_expert_parallel_tables_list_each_chips_rows_once_with_a_chip_column():
     assert len(keys) == len(set(keys))
     assert {row[0] for row in rows} == {"0", "1", "2", "3"}
     assert report.to_csv().splitlines()[0].startswith("index,chip,")
+
+
+def test_an_exchange_across_link_domains_moves_its_far_share_over_the_scale_out_network():
+    """Rank 0 of expert group g trades rows with rank 0 of every other group (chips j x tp).
+    Two tensor-parallel chips per group and eight groups on 8-GPU H100 nodes: groups 0-3 sit
+    on the first node, 4-7 on the second, so three of group 0's seven peers are over NVLink and
+    four over InfiniBand; the exchange lasts as long as the slower share and waits out the
+    slower link's hops. A system within one node keeps the NVLink figures unchanged."""
+    dev = memsim.device("h100-sxm")
+    link, out = dev.link, dev.scale_out
+    bandwidth, latency, energy = exchange_figures(dev, tp=2, ep=8, group=0)
+    assert bandwidth == 1.0 / max(3 / 7 / link.bandwidth, 4 / 7 / out.bandwidth)
+    out_hops = (out.latency_s * collective_steps(out.topology, 8) + out.collective_latency_s)
+    in_hops = link.latency_s * collective_steps(link.topology, 8) + link.collective_latency_s
+    assert latency == max(out_hops, in_hops)
+    assert energy == (3 * link.energy_j_per_byte + 4 * out.energy_j_per_byte) / 7
+    assert exchange_figures(dev, tp=2, ep=4, group=3) == (
+        link.bandwidth, link.latency_s * collective_steps(link.topology, 4)
+        + link.collective_latency_s, link.energy_j_per_byte)
+
+
+@pytest.mark.parametrize("model, tp, ep, crosses", [
+    ("mixtral-8x7b", 2, 8, True), ("mixtral-8x7b", 2, 4, False),
+    ("deepseek-v3-style", 1, 16, True)])
+def test_the_scale_out_network_times_an_expert_parallel_system_that_spans_it(model, tp, ep,
+                                                                            crosses):
+    """A slower scale-out network slows the exchanges of an expert-parallel system spanning two
+    nodes, and nothing else of it (its tensor-parallel groups sit within a node); a system
+    within one node is as it was."""
+    fields = dict(batch=16, context=256, tp=tp, ep=ep,
+                  weights="fp8-e4m3-b128" if model.startswith("deepseek") else "bf16")
+    dev = memsim.device("h100-sxm")
+    slow = dev.with_overrides({"scale_out.bandwidth": "5 GB/s", "scale_out.latency": "20 us"})
+    base, slowed = (memsim.emulate(d, model, **fields) for d in (dev, slow))
+    assert base.link_bytes == slowed.link_bytes
+    exchanges = {"moe_dispatch", "moe_combine"}
+    assert any(row.name in exchanges for row in base.ops)
+    for a, b in zip(base.ops, slowed.ops):
+        assert (b.time_s > a.time_s if crosses and a.name in exchanges
+                else b.time_s == a.time_s), a.name
+    assert (slowed.time_per_token > base.time_per_token) == crosses

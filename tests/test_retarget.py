@@ -35,6 +35,8 @@ CASES = [
      ("2 us", "9 us")),
     ("h100-sxm", "llama-3-8b", dict(batch=2, context=128, tp=8, pp=2), "link.bandwidth",
      ("100 GB/s",)),
+    ("h100-sxm", "mixtral-8x7b", dict(batch=16, context=128, tp=2, ep=8), "link.latency",
+     ("3 us",)),
 ]
 IDS = [f"{dev}-{path}" for dev, _, _, path, _ in CASES]
 
