@@ -593,6 +593,7 @@ _TOP_REQUIRED = ("schema_version", "name", "display_name", "vendor", "clock", "c
                  "host_link", "energy")
 _TOP_OPTIONAL = ("tdp", "idle_power", "runtime", "link", "scale_out", "cost", "sustained_compute",
                  "issue", "occupancy", "sources")
+TOP_LEVEL_KEYS = _TOP_REQUIRED + _TOP_OPTIONAL   # every key a device file may hold at its top
 
 
 def _parse_compute(data: Mapping[str, Any], *, file: str) -> tuple[tuple[tuple[str, float], ...],

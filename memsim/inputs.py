@@ -32,8 +32,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from memsim.device import (_TOP_OPTIONAL, _TOP_REQUIRED, Device, Link, device as catalog_device,
-                           freeze, thaw)
+from memsim.device import (TOP_LEVEL_KEYS, Device, Link, device as catalog_device, freeze,
+                           thaw)
 from memsim.datafile import file_stamp, tomllib
 from memsim.errors import ConfigError
 from memsim.model import (Model, check_model, is_model_path, model as catalog_model,
@@ -49,7 +49,7 @@ def _device_path(name: str) -> str:
     """Where a device file writes the integer Device field ``name``: a top-level key as itself,
     any other in ``[tile]``, the one table whose integer keys Device holds as its own fields
     (``tile_k`` → ``tile.k``, ``activation_width`` → ``tile.activation_width``)."""
-    return name if name in _TOP_REQUIRED + _TOP_OPTIONAL else "tile." + name.removeprefix("tile_")
+    return name if name in TOP_LEVEL_KEYS else "tile." + name.removeprefix("tile_")
 
 
 def _int_fields(cls: type, path: Callable[[str], str]) -> set[str]:
