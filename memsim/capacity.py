@@ -1,7 +1,8 @@
 """Capacity planning: the fewest chips that hold a model under each memory policy.
 
 A configuration is tensor parallel ``tp`` x pipeline stages ``pp`` on one link domain
-(``link.max_chips``). For each tensor-parallel degree that shards the model, the fewest stages
+(``link.max_chips``), without expert parallelism whatever the workload asks (a workload's
+``ep`` is planned as given by ``memsim.plan``; the table says what a dense split needs). For each tensor-parallel degree that shards the model, the fewest stages
 is what a greedy fill of the per-chip tensors gives (contiguous stages, each chip's tiers within
 capacity); the plan that the emulator would run then confirms it. The answer is the smallest
 ``tp x pp``, ties going to fewer stages (a shorter pipeline).
@@ -54,7 +55,7 @@ def _item_bytes(device: Device, model: Model, workload: Decode, policy: str,
                 tp: int) -> list[tuple[int, ...]]:
     """Bytes per tier one chip of a ``tp`` group holds of each pipeline item (the embedding,
     each layer with its KV cache, the head)."""
-    return item_tier_bytes(device, model, dataclasses.replace(workload, tp=tp, pp=1,
+    return item_tier_bytes(device, model, dataclasses.replace(workload, tp=tp, pp=1, ep=1,
                                                               microbatches=1), policy)
 
 
@@ -89,7 +90,8 @@ def fewest_chips(device: Device, model: Model, workload: Decode, policy: str) ->
         for pp in range(first_pp, min(limit // tp, model.layers + 2) + 1):   # longer folds into tp
             if fitting and tp * pp > min(c.chips for c, _ in fitting):
                 break
-            trial = dataclasses.replace(workload, tp=tp, pp=pp, microbatches=None, policy=policy)
+            trial = dataclasses.replace(workload, tp=tp, pp=pp, ep=1, microbatches=None,
+                                        policy=policy)
             try:
                 system = plan_system(device, model, trial)
             except CapacityError as exc:

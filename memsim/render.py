@@ -179,7 +179,8 @@ def plan_data(dev: Device, mod: Any, system: Any, table_rows: Sequence[Any],
                             "pinned": t.pinned} for t in p.tensors if not t.aliased]}
               for p in system.stages]
     return {"device": dev.name, "model": mod.name, "one_chip_refusal": refusal,
-            "policy": system.policy, "tp": system.workload.tp, "pp": len(system.stages),
+            "policy": system.policy, "tp": system.workload.tp,
+            "pp": 1 if system.parallel_stages else len(system.stages), "ep": system.workload.ep,
             "chips": system.chips, "microbatches": system.workload.microbatches,
             "capacity": [c.to_dict() for c in table_rows], "stages": stages}
 
@@ -191,9 +192,12 @@ def plan_text(dev: Device, data: dict[str, Any], table_rows: Sequence[Any], *,
     if data["one_chip_refusal"]:
         lines.append(f"as given it does not fit: {data['one_chip_refusal']}\n"
                      "the smallest system that holds it:")
+    groups = data["ep"] > 1         # the rows are expert groups side by side, not stages
     lines.append(f"{data['model']} on {data['device']}: policy {data['policy']}, "
-                 f"{data['chips']} chip(s) = tp {data['tp']} x pp {data['pp']}, "
-                 f"{data['microbatches']} microbatch(es); bytes each chip of a stage holds:")
+                 f"{data['chips']} chip(s) = tp {data['tp']} x pp {data['pp']}"
+                 + (f" x ep {data['ep']}" if groups else "")
+                 + f", {data['microbatches']} microbatch(es); bytes each chip of "
+                 + ("an expert group holds:" if groups else "a stage holds:"))
     rows = []
     for st in data["stages"]:
         span = f"{st['layers'][0]}-{st['layers'][1]}" if st["layers"] else "-"
@@ -203,7 +207,8 @@ def plan_text(dev: Device, data: dict[str, Any], table_rows: Sequence[Any], *,
                     + [format_quantity(st["pinned_bytes"], "capacity")])
     if len(rows) > 12 and not all_stages:
         rows = rows[:5] + [["..."] * len(rows[0])] + rows[-5:]
-    lines.append(table(["stage", "layers"] + [f"weights {t}" for t in dev.tier_names]
+    lines.append(table(["group" if groups else "stage", "layers"]
+                       + [f"weights {t}" for t in dev.tier_names]
                        + [f"kv {t}" for t in dev.tier_names] + ["pinned on chip"], rows))
     lines += [f"  spilled (stage {st['stage']}): {note}"
               for st in data["stages"] for note in st["spilled"]]

@@ -101,6 +101,19 @@ def test_plan_prints_placement_and_the_fewest_chips(capsys):
     assert {row["policy"] for row in data["capacity"]} == {"hbm-centric", "tiered"}
 
 
+def test_plan_states_an_expert_parallel_system_as_run_does(capsys):
+    """`memsim plan` takes what `memsim run` takes: expert groups side by side are listed as
+    groups of tp x ep, and the fewest-chips table is the dense split's (no ep)."""
+    code, out, _ = run(capsys, "plan", "h100-sxm", "mixtral-8x7b", "--tp", "2", "--ep", "4",
+                       "--batch", "4", "--json")
+    data = json.loads(out)
+    assert code == 0 and (data["tp"], data["pp"], data["ep"], data["chips"]) == (2, 1, 4, 8)
+    assert len(data["stages"]) == 4 and all(row["fits"] for row in data["capacity"])
+    code, out, _ = run(capsys, "plan", "h100-sxm", "mixtral-8x7b", "--tp", "2", "--ep", "4",
+                       "--batch", "4")
+    assert code == 0 and "tp 2 x pp 1 x ep 4" in out and "expert group" in out
+
+
 def test_run_with_parallelism_and_placement(capsys):
     code, out, _ = run(capsys, "run", "h100-sxm", "llama-3-8b", "--tp", "2", "--pp", "2",
                        "--batch", "4", "--context", "256", "--json")
