@@ -134,7 +134,9 @@ def llama_cpp_type(ftype: str, role: str, layer: int, n_layers: int, *, n_expert
     Q5_K (Llama 2/3 70B, Qwen 72B: 40 x 8192 x 1024 weights one bit wider in Llama 3 70B
     Q4_K_M, 42 MB of 42.5 GB); fused ``attn_qkv`` tensors (treated as attn_v by llama.cpp;
     memsim's q, k and v are the separate ``attn_q/k/v`` of Llama-style GGUFs). ``n_experts ==
-    8`` (Mixtral) is applied: attn_v and attn_k Q8_0, attn_output Q5_K in Q4_K_M and Q4_K_S.
+    8`` (Mixtral) is applied: attn_v and attn_k Q8_0 in a file of any type (llama.cpp's
+    ``llama_tensor_get_type`` runs for every quantized type but ``--pure``), attn_output Q5_K
+    in Q4_K_M and Q4_K_S.
     The row-length fallback is applied by :meth:`WeightFormats.for_tensor` when given ``k``.
     """
     base = MIXTURES.get(ftype, ftype)
@@ -142,18 +144,16 @@ def llama_cpp_type(ftype: str, role: str, layer: int, n_layers: int, *, n_expert
         return "q8_0" if base == "q8_0" else "q6_k"
     if role == "router":
         return "fp32"
+    if role in ("k", "v") and n_experts == 8:    # whatever the type (not only the mixtures)
+        return "q8_0"
     if ftype not in MIXTURES:
         return base
     if role == "v":
-        if n_experts == 8:
-            return "q8_0"
         if ftype in ("q4_k_m", "q5_k_m") and use_more_bits(layer, n_layers):
             return "q6_k"
         if ftype == "q4_k_s" and layer < 4:
             return "q5_k"
         return base
-    if role == "k" and n_experts == 8:
-        return "q8_0"
     if role == "o_proj" and n_experts == 8 and ftype in ("q4_k_m", "q4_k_s"):
         return "q5_k"
     if role in ("down", "expert_down", "shared_down"):

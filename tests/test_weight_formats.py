@@ -117,6 +117,20 @@ def test_mixtral_eight_expert_rules():
     assert weight_formats("q4_k_m").for_tensor("k", 5, 32, n_experts=64).name == "q4_k"
 
 
+@pytest.mark.parametrize("ftype", ["q4_0", "q5_0", "q5_1", "q4_k", "q5_k", "q6_k", "q8_0"])
+def test_an_eight_expert_models_k_and_v_are_q8_0_in_a_file_of_any_type(ftype):
+    """llama.cpp's llama_tensor_get_type bumps attn_k and attn_v of an 8-expert model to Q8_0
+    for every quantized file type, not only the K-quant mixtures ("for the 8-expert model,
+    bumping this to Q8_0 trades just ~128MB"); attn_output's Q5_K is the mixtures' alone."""
+    wf = weight_formats(ftype)
+    for layer in (0, 13, 31):
+        assert wf.for_tensor("k", layer, 32, n_experts=8).name == "q8_0"
+        assert wf.for_tensor("v", layer, 32, n_experts=8).name == "q8_0"
+        assert wf.for_tensor("q", layer, 32, n_experts=8).name == ftype
+        assert wf.for_tensor("o_proj", layer, 32, n_experts=8).name == ftype
+    assert wf.for_tensor("v", 5, 32, n_experts=0).name == ftype
+
+
 def test_q4_k_s_rules():
     wf = weight_formats("q4_k_s")
     assert [wf.for_tensor("v", i, 32).name for i in range(6)] == ["q5_k"] * 4 + ["q4_k"] * 2
