@@ -349,6 +349,7 @@ def speculative(device: Device | str, target: Model | str, draft: Model | str | 
         draft_system = plan_system(own_device or dev, draft_model, draft_workload)
         if own_device is None:
             _check_shared_capacity(dev, target_system, draft_system)
+            draft_system = _beside(dev, target_system, draft_model, draft_system)
 
     target_run, draft_steps = _run_iterations(target_system, draft_system, draft_device is None,
                                               gamma if method == "draft" else 0, iterations)
@@ -444,6 +445,21 @@ def _bound_of(summaries: list[StepSummary]) -> str:
         for label, seconds in summary.time_by_bound.items():
             total[label] = total.get(label, 0.0) + seconds
     return max(total, key=total.__getitem__)
+
+
+def _beside(dev: Device, target: SystemPlan, draft_model: Model,
+            draft: SystemPlan) -> SystemPlan:
+    """The draft's plan on the chip it shares with the target's first stage: where the target
+    pins weights on chip (a hybrid's pinned residency fills the on-chip tier), the draft pins
+    in what the target leaves, not in the whole tier as if it ran alone."""
+    first = target.stages[0]
+    pinned = first.tensor_table.pinned_bytes()
+    if pinned == 0:
+        return draft
+    tier = dev.tiers[0]
+    left = tier.capacity - first.tensor_table.need().get(0, 0) - pinned
+    return plan_system(dev.with_overrides({f"tiers.{tier.name}.capacity": f"{left} B"}),
+                       draft_model, draft.workload)
 
 
 def _check_shared_capacity(dev: Device, target: SystemPlan, draft: SystemPlan) -> None:

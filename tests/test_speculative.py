@@ -18,6 +18,7 @@ from memsim.speculative import (
     speculative,
     tree_nodes,
 )
+from memsim.plan import plan_system
 from memsim.testing import examples
 
 # small enough for one chip of every device, the two together (Groq's 230 MB included)
@@ -205,3 +206,24 @@ def test_every_powered_chip_pays_static_power_over_the_whole_iteration(target, f
         assert dynamic.energy_j == pytest.approx(
             _dynamic_j(verify, slice(-1, None)) + _dynamic_j(drafts, slice(-4, None)),
             rel=1e-12)
+
+
+def test_a_draft_sharing_a_hybrid_chip_pins_in_what_the_target_leaves():
+    """MTIA v2 pins weights in its SRAM (the hybrid policy): the target pins first, and the
+    draft on the same chip pins in what is left, so the two never hold more than the SRAM;
+    the draft then reads more off chip, and runs slower, than it does alone."""
+    from memsim.speculative import _beside
+
+    dev = memsim.device("mtia-v2")
+    target = plan_system(dev, memsim.model("llama-3-8b"),
+                         memsim.Decode(weights="int8", new_tokens=5))
+    draft_model = memsim.model("llama-3.2-1b")
+    alone = plan_system(dev, draft_model, memsim.Decode(weights="int8", steps=8))
+    beside = _beside(dev, target, draft_model, alone)
+    tables = [target.stages[0].tensor_table, beside.stages[0].tensor_table]
+    assert tables[0].pinned_bytes() > 0
+    assert sum(t.pinned_bytes() + t.need().get(0, 0) for t in tables) <= dev.tiers[0].capacity
+    assert tables[1].pinned_bytes() < alone.stages[0].tensor_table.pinned_bytes()
+    report = speculative(dev, "llama-3-8b", draft_model, 4, 0.8, weights="int8")
+    alone_step = memsim.emulate(dev, draft_model, weights="int8", steps=8).time_per_step
+    assert report.draft_time_s > 4 * alone_step
