@@ -1386,7 +1386,9 @@ def _plan_stage(device: Device, model: Model, workload: Decode, policy: str, sh:
     residency = workload.residency
     if residency == "auto":
         residency = "pinned" if policy == "hybrid" else "lru"
-    table, pinned_bits = _pin(table, residency, tiers[0].capacity)
+    m_by_role = np.array((0, m_rows, head_rows, mb), dtype=np.int64)
+    table, pinned_bits = _pin(table, residency,
+                              tiers[0].capacity - 2 * _strip_bytes(lowered, m_by_role))
     if "next_layer" in placed.__dict__ and all(
             getattr(table, name) is getattr(placed, name) for name in ("spec", "layer",
                                                                        "block_start")):
@@ -2057,8 +2059,28 @@ def _check_capacity(device: Device, model: Model, workload: Decode, table: Tenso
             shortfall_bytes=short, file=device.file, field=f"tiers.{tier.name}.capacity")
 
 
+def _strip_bytes(rows: _StageRows, m_by_role: np.ndarray) -> int:
+    """Bytes of the widest weight strip (K x one N tile) a matmul of these rows reads once per
+    M tile (``m_by_role``: each role's M): what the LRU must hold for the re-reads to hit, and
+    so what pinning leaves it (0 when no matmul's M is tiled). An expert's M is taken as its
+    role's, an upper bound on the tokens the step routes to it."""
+    op = rows.op_int
+    m = m_by_role[rows.m_role]
+    tile_m = op[:, k.C_TILE_M]
+    tiled = (op[:, k.C_KIND] == k.OP_MATMUL) & (tile_m > 0) & (m > tile_m)
+    if not tiled.any():
+        return 0
+    kk, group = op[tiled, k.C_K], op[tiled, k.C_GROUP]
+    starts = np.where(group > 0, -(-kk // np.maximum(group, 1)), 0)
+    payload = np.where((group > 0) & (op[tiled, k.C_PADDED] != 0), starts * group, kk)
+    bits = ((payload * op[tiled, k.C_ELEM_BITS] + starts * op[tiled, k.C_META_BITS])
+            * op[tiled, k.C_TILE_N])
+    return -(-int(bits.max()) // 8)
+
+
 def _pin(table: TensorTable, residency: str, on_chip_bytes: int) -> tuple[TensorTable, int]:
-    """Under the pinned policy, pin off-chip weights in order while they fit on chip.
+    """Under the pinned policy, pin off-chip weights in order while they fit in
+    ``on_chip_bytes`` (the on-chip tier less what the LRU must keep for streamed strips).
 
     An untied embedding table comes last: a step reads only a few of its rows, so it is worth
     pinning only with room to spare. An aliased LM head shares the embedding's pin.
