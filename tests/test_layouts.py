@@ -159,8 +159,8 @@ def test_more_sram_never_adds_off_chip_bytes_under_pinned_residency(fields):
     """A matmul whose M is tiled reads each weight strip once per M tile. Pinning leaves the LRU
     two strips of room, so the re-reads hit whatever the SRAM holds. Before, first-fit pinning
     could leave it a few hundred KB: MTIA v2 at 28 MB read 2.65 GB off chip, against
-    1.58 GB at 24 MB. (The time may still grow by a tier latency, ~0.1 us of a 13 ms step: an
-    op whose tiles now come from two tiers waits out both latencies.)"""
+    1.58 GB at 24 MB. (The time may still grow by ~0.1 us of a 13 ms step, in the latency
+    column of three ops whose tiles now come from two tiers: waves' latency, not bytes.)"""
     dev, model = memsim.device("mtia-v2"), memsim.model("llama-3.2-1b")
     before = None
     for capacity in ("16 MB", "24 MB", "28 MB", "32 MB", "128 MB", "200 MB", "256 MB"):
