@@ -59,10 +59,11 @@ SCHEDULING = ("mixed", "prefill-first")
 MAX_CHUNK_STEPS = 16      # chunk positions emulated per prompt; more chunks share positions
 
 
-def _count(value: Any, field: str, minimum: int) -> int:
-    """An integer field of the request (numpy's too), at least ``minimum``."""
+def _count(value: Any, field: str, minimum: int, why: str = "") -> int:
+    """An integer field of the request (numpy's too), at least ``minimum`` (``why``: the
+    reason, when the minimum is not plain)."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
-        raise ConfigError(f"expected an integer >= {minimum}, got {value!r}", field=field)
+        raise ConfigError(f"expected an integer >= {minimum}, got {value!r}{why}", field=field)
     return int(value)
 
 
@@ -150,7 +151,7 @@ def serve(device: Device | str, model: Model | str, *, input_tokens: int, output
     Parameters
     ----------
     device, model : catalog names, files or loaded objects.
-    input_tokens, output_tokens : per request (I >= 0, O >= 1).
+    input_tokens, output_tokens : per request (I >= 0, O >= 2).
     concurrency : clients, each with one request in flight.
     token_budget : tokens one step may compute (vLLM ``max_num_batched_tokens``, TensorRT-LLM
         ``max_num_tokens``); ``None``: no limit, a prompt goes whole into one step. Only
@@ -161,7 +162,9 @@ def serve(device: Device | str, model: Model | str, *, input_tokens: int, output
         ``runtime``, ``policy``, ...); ``batch``, ``context`` and the prompt fields are set here.
     """
     inputs = _count(input_tokens, "input_tokens", 0)
-    outputs = _count(output_tokens, "output_tokens", 1)
+    outputs = _count(output_tokens, "output_tokens", 2, why=(
+        ": with one output token no token follows the first, so there is no inter-token "
+        "latency and no decode step; `memsim run --prefill TOKENS` times the prompt"))
     clients = _count(concurrency, "concurrency", 1)
     budget = None if token_budget is None else _count(token_budget, "token_budget", 1)
     cap = clients if max_batch is None else min(clients, _count(max_batch, "max_batch", 1))

@@ -167,3 +167,14 @@ def test_a_prompt_of_many_chunks_emulates_a_bounded_number_of_positions():
     assert sum(s.share for s in chunks) == pytest.approx(
         state.requests_per_step * state.prompt_steps, rel=1e-12)
     assert chunks[-1].prompt_tokens == 8000 - 79 * 100 and chunks[-1].prompt_context == 7900
+
+
+@pytest.mark.parametrize("scheduling, clients", [("prefill-first", 4), ("mixed", 1),
+                                                 ("mixed", 4)])
+def test_one_output_token_is_refused_with_its_reason(scheduling, clients):
+    """With one output token no token follows the first: no inter-token latency, no decode
+    step. It crashed (a division by zero decodes) or invented a decoding sequence."""
+    with pytest.raises(memsim.ConfigError, match="no inter-token latency") as info:
+        serve("h100-sxm", "llama-3-8b", input_tokens=1024, output_tokens=1,
+              concurrency=clients, scheduling=scheduling)
+    assert info.value.field == "output_tokens"
