@@ -302,14 +302,16 @@ def runtimes_table(data: Sequence[dict[str, Any]]) -> str:
 
 
 def chunk_text(report: Any) -> str:
-    """A line above a mixed step's table: its time is the decoders' inter-token latency."""
+    """A line above a mixed step's table: its time is the decoders' inter-token latency, that
+    of the warm (last) step, whose chunk follows the cached prompt and every earlier chunk."""
     chunk = report.workload.get("prefill_chunk", 0)
     if not chunk:
         return ""
+    cached = report.workload["prefill_context"] + (len(report.steps) - 1) * chunk
     return (f"inter-token latency of the {report.workload['batch']} decoding sequence(s), with "
-            f"a {chunk}-token prompt chunk (cached prompt {report.workload['prefill_context']}) "
-            f"in each step: {format_quantity(report.time_per_token, 'time')}, bound by "
-            f"{report.bottleneck}\n")
+            f"a {chunk}-token prompt chunk in each step (this one after {cached} cached prompt "
+            f"tokens): "
+            f"{format_quantity(report.time_per_token, 'time')}, bound by {report.bottleneck}\n")
 
 
 def prefill_text(report: Any, ttft: dict[str, Any], *, per_op: bool = False) -> str:

@@ -129,3 +129,14 @@ def test_serve_verb_prints_the_steady_state_serve_computes(capsys):
     assert f"{expected.output_tokens_per_s:,.1f} in aggregate" in text
     with pytest.raises(SystemExit):
         main(argv + ["--batch", "4"])          # serve sets the batch itself
+
+
+def test_a_mixed_step_names_the_cached_prompt_of_the_step_it_times(capsys):
+    """The time shown is the warm (last) step's, whose chunk follows the cached prompt and the
+    earlier steps' chunks: with 2 steps of 512-token chunks, after 512 tokens."""
+    assert main(["run", "h100-sxm", "llama-3-8b", "--batch", "4", "--context", "256",
+                 "--prefill-chunk", "512"]) == 0
+    assert "(this one after 512 cached prompt tokens)" in capsys.readouterr().out
+    assert main(["run", "h100-sxm", "llama-3-8b", "--batch", "4", "--context", "256",
+                 "--prefill-chunk", "512", "--steps", "3", "--prefill-context", "100"]) == 0
+    assert "(this one after 1124 cached prompt tokens)" in capsys.readouterr().out
