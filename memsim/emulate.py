@@ -147,10 +147,16 @@ def offset_tensors(plan: Plan, offset: int) -> Plan:
 
 def host_time_per_step(stack: Runtime, stages: int = 1) -> float:
     """Host time a runtime adds to each step's critical path: its host work unless it overlaps
-    it with the device, and the replay of a captured graph (when a step of ``stages`` pipeline
-    stages replays one, :meth:`memsim.runtime.Runtime.graphed`)."""
+    it with the device (:func:`hidden_host_per_step`), and the replay of a captured graph (when
+    a step of ``stages`` pipeline stages replays one, :meth:`memsim.runtime.Runtime.graphed`)."""
     return ((0.0 if stack.host_overlap else stack.host_per_step_s)
             + (stack.graph_launch_s if stack.graphed(stages) else 0.0))
+
+
+def hidden_host_per_step(stack: Runtime) -> float:
+    """Host work per step a runtime overlaps with the device (``host_overlap``): hidden behind
+    a device step at least as long, the rest of it waited for (a step is never shorter)."""
+    return stack.host_per_step_s if stack.host_overlap else 0.0
 
 
 def workload_fields(workload: Decode) -> dict[str, Any]:
@@ -375,7 +381,8 @@ class SystemRun:
             op_stage=ops.op_stage, op_micro=ops.op_micro, weight_ops=ops.weight_ops,
             tp=system.workload.tp, link_energy_j_per_byte=self.link_energy,
             peer_ops=ops.peer_ops, op_layer=ops.layer if system.parallel_stages else None,
-            op_kind=ops.kind, host_s=self.host_s, static_power_w=self.static_power_w,
+            op_kind=ops.kind, host_s=self.host_s, hidden_host_s=hidden_host_per_step(
+                stages[0].runtime), static_power_w=self.static_power_w,
             groups=ops.groups, kernel_fixed_s=stages[0].kernel_fixed_s)
         self.summaries: list[StepSummary] = []
         self.cold: StepCounts | None = None

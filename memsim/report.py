@@ -534,14 +534,15 @@ def summarize(counts: StepCounts, tier_names: tuple[str, ...], energy_j_per_byte
               peer_ops: np.ndarray | None = None,
               op_layer: np.ndarray | None = None, op_kind: np.ndarray | None = None,
               host_s: float = 0.0, static_power_w: float = 0.0,
-              groups: OpGroups | None = None, kernel_fixed_s: float = 0.0) -> StepSummary:
+              groups: OpGroups | None = None, kernel_fixed_s: float = 0.0,
+              hidden_host_s: float = 0.0) -> StepSummary:
     """Totals of one step's counters (:func:`_summarize`)."""
     return _summarize(counts, tier_names, energy_j_per_byte, energy_j_per_flop,
                       op_stage=op_stage, op_micro=op_micro, weight_ops=weight_ops, tp=tp,
                       link_energy_j_per_byte=link_energy_j_per_byte, peers=peers,
                       peer_ops=peer_ops, op_layer=op_layer, op_kind=op_kind, host_s=host_s,
                       static_power_w=static_power_w, groups=groups,
-                      kernel_fixed_s=kernel_fixed_s)[0]
+                      kernel_fixed_s=kernel_fixed_s, hidden_host_s=hidden_host_s)[0]
 
 
 def _summarize(counts: StepCounts, tier_names: tuple[str, ...],
@@ -550,7 +551,8 @@ def _summarize(counts: StepCounts, tier_names: tuple[str, ...],
                link_energy_j_per_byte: float | np.ndarray, peers: StepCounts | None,
                peer_ops: np.ndarray | None, op_layer: np.ndarray | None,
                op_kind: np.ndarray | None, host_s: float, static_power_w: float,
-               groups: OpGroups | None, kernel_fixed_s: float = 0.0) -> tuple[StepSummary, float]:
+               groups: OpGroups | None, kernel_fixed_s: float = 0.0,
+               hidden_host_s: float = 0.0) -> tuple[StepSummary, float]:
     """Totals of one step's counters: per chip of each stage, and over the system (``tp``
     chips per stage); bytes summed from per-op whole bytes.
 
@@ -561,7 +563,9 @@ def _summarize(counts: StepCounts, tier_names: tuple[str, ...],
 
     With ``op_layer`` the stages are chips working side by side (expert parallel) that wait for
     each other at every layer: the step is the sum over layers of the slowest chip's time.
-    ``host_s`` is the runtime's host time on the critical path per step; ``static_power_w`` the
+    ``host_s`` is the runtime's host time on the critical path per step, and ``hidden_host_s``
+    the host work it overlaps with the device, which the device hides only up to its own step
+    (a step shorter than it waits for the host); ``static_power_w`` the
     whole system's static power, W. ``link_energy_j_per_byte`` is one figure for every op, or
     one per op (the link each op's bytes cross). ``groups`` is :class:`OpGroups` of these ops,
     when the caller keeps one across steps. Returns the summary and the energy of its bytes
@@ -606,6 +610,7 @@ def _summarize(counts: StepCounts, tier_names: tuple[str, ...],
     if work is None:            # one chip: the running sum of its ops, as add.at adds them
         work = np.array([running])
         step_time = running
+    host_s += max(0.0, hidden_host_s - step_time)   # the host work the device cannot hide
     step_time += host_s
     labels = _bound_labels(tier_names)
     time_split = _time_split(spent_on, kernel_fixed if with_fixed else None, launch, host_s,
@@ -681,7 +686,8 @@ class StepSummarizer:
                  link_energy_j_per_byte: float | np.ndarray, peer_ops: np.ndarray | None,
                  op_layer: np.ndarray | None, op_kind: np.ndarray | None, host_s: float,
                  static_power_w: float, op_stage: np.ndarray, op_micro: np.ndarray,
-                 weight_ops: np.ndarray, kernel_fixed_s: float = 0.0) -> None:
+                 weight_ops: np.ndarray, kernel_fixed_s: float = 0.0,
+                 hidden_host_s: float = 0.0) -> None:
         self.tier_names, self.tp = tier_names, tp
         self.energy_j_per_flop = energy_j_per_flop
         self._fields = dict(energy_j_per_byte=energy_j_per_byte,
@@ -690,7 +696,7 @@ class StepSummarizer:
                             link_energy_j_per_byte=link_energy_j_per_byte, peer_ops=peer_ops,
                             op_layer=op_layer, op_kind=op_kind, host_s=host_s,
                             static_power_w=static_power_w, groups=groups,
-                            kernel_fixed_s=kernel_fixed_s)
+                            kernel_fixed_s=kernel_fixed_s, hidden_host_s=hidden_host_s)
         self._before: tuple[StepCounts, StepSummary, float] | None = None
 
     def __call__(self, counts: StepCounts, peers: StepCounts | None = None) -> StepSummary:

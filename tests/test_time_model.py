@@ -205,3 +205,21 @@ def test_a_timing_what_if_reprices_every_link_op_as_a_fresh_plan_does(path, valu
         for a, b in zip(reused.stages, fresh.stages):
             np.testing.assert_array_equal(a.op_float, b.op_float)
             np.testing.assert_array_equal(a.op_int, b.op_int)
+
+
+@pytest.mark.parametrize("host", ["0.15 ms", "5 ms", "50 ms"])
+def test_host_work_a_runtime_overlaps_is_hidden_only_up_to_the_device_step(host):
+    """An overlapping runtime queues step n+1's host work while step n runs, so the device
+    hides that work up to its own step and no further: a step is never shorter than the host
+    work (before, any host work vanished, even 50 ms behind a 6 ms step)."""
+    from memsim.runtime import runtime
+
+    dev = memsim.device("h100-sxm")
+    stack = runtime("trt-llm").with_overrides({"host_per_step": host})
+    overlapped, serial = (memsim.emulate(dev, "llama-3-8b", runtime=rt)
+                          for rt in (stack, stack.with_overrides({"host_overlap": False})))
+    work, graph = stack.host_per_step_s, stack.graph_launch_s
+    device_s = serial.time_per_step - work - graph          # the device's own step
+    assert overlapped.time_per_step == pytest.approx(max(device_s, work) + graph, rel=1e-12)
+    assert overlapped.warm.time_split["host"] == pytest.approx(
+        graph + max(0.0, work - device_s), rel=1e-9, abs=1e-15)
