@@ -277,7 +277,7 @@ def decode_from(fields: Mapping[str, Any] | Decode | None = None, **more: Any) -
     """A Decode from workload fields (a study row, parsed flags, keywords).
 
     Unknown fields are refused by name; a placement may be a mapping, ``(selector, tier)``
-    pairs or ``"SELECTOR=TIER"`` texts; lists become tuples.
+    pairs, ``"SELECTOR=TIER"`` texts or one such text; lists become tuples.
     """
     if isinstance(fields, Decode):
         return dataclasses.replace(fields, **more) if more else fields
@@ -287,8 +287,9 @@ def decode_from(fields: Mapping[str, Any] | Decode | None = None, **more: Any) -
             raise ConfigError(f"unknown workload field {name!r}; expected one of "
                               f"{', '.join(DECODE_FIELDS)}", field=name)
     if "placement" in values and not isinstance(values["placement"], Mapping):
+        texts = values["placement"]
         values["placement"] = parse_pairs(
-            values["placement"], field="placement",
+            [texts] if isinstance(texts, str) else texts, field="placement",
             example="SELECTOR=TIER[:FRACTION] such as kv=cxl or weights[40:80]=cxl")
     return Decode(**values)
 

@@ -112,7 +112,8 @@ def test_bad_sets_are_config_errors(sets, field):
 def test_decode_from_takes_placement_in_every_form_and_names_unknown_fields():
     want = (("kv", "hbm"),)
     for placement in ({"kv": "hbm"}, [("kv", "hbm")], ["kv=hbm"], (("kv", "hbm"),),
-                      [["kv", "hbm"]]):                # the last: as a store's JSON keeps it
+                      [["kv", "hbm"]],                 # as a store's JSON keeps it
+                      "kv=hbm"):                       # one text, as --place takes it
         assert decode_from({"placement": placement}).placement == want
     with pytest.raises(ConfigError) as info:
         decode_from({"bacth": 4})
