@@ -1278,6 +1278,7 @@ def item_tier_bytes(device: Device, model: Model, workload: Decode,
     """Bytes per tier one chip of a ``workload.tp`` group holds of each pipeline item (the
     embedding, each layer with its KV cache of the whole batch, the head), before any tied head
     or spill; what the pipeline cuts balance."""
+    check_sizes(device, model, workload)    # as plan_system does: the capacity search's door
     sh = shard(model, workload.tp, tp_ranks_per_chip(device))
     rules = parse_placement(workload.placement, device, model.layers)
     tile_n = workload.tile_n or device.tile_n

@@ -38,6 +38,10 @@ from memsim.workload import Decode
 
 METHODS = ("draft", "heads", "ngram")
 MAX_AUTO_GAMMA = 12
+# Draft tokens per iteration memsim emulates at most: a verification of gamma + 1 tokens per
+# sequence, far past any published draft length (EAGLE-2's trees verify ~60 tokens), and a
+# bound that keeps the acceptance tables and counters small (docs/limits.md)
+MAX_GAMMA = 4096
 
 
 @dataclass(frozen=True)
@@ -313,9 +317,9 @@ def speculative(device: Device | str, target: Model | str, draft: Model | str | 
         return _best_gamma(device, target, draft, acceptance, method=method, tree=tree,
                            draft_device=draft_device, draft_weights=draft_weights,
                            samples=samples, iterations=iterations, **fields)
-    if isinstance(gamma, bool) or not isinstance(gamma, int) or gamma < 1:
-        raise ConfigError(f"expected an integer gamma >= 1 or 'auto', got {gamma!r}",
-                          field="gamma")
+    if isinstance(gamma, bool) or not isinstance(gamma, int) or not 1 <= gamma <= MAX_GAMMA:
+        raise ConfigError(f"expected an integer gamma from 1 to {MAX_GAMMA} or 'auto', got "
+                          f"{gamma!r}", field="gamma")
     plain = decode_from(fields)
     dev, tgt = resolve(device, target, plain)
     if method == "heads":
