@@ -110,6 +110,14 @@ def check_keys(table: Mapping[str, Any], *, required: Iterable[str], optional: I
             raise ConfigError("missing required key", file=file, field=prefix + key)
 
 
+def check_what_if_path(path: str, *, file: str) -> None:
+    """A what-if may label one figure's citation (``sources.FIELD``), not replace the table of
+    them: ``sources`` itself is no figure."""
+    if path == "sources":
+        raise ConfigError("sources is the table of the figures' citations, not a figure: set one "
+                          "citation as sources.FIELD", file=file, field=path)
+
+
 def require_table(value: Any, *, file: str, field: str) -> Mapping[str, Any]:
     """The value must be a TOML table."""
     if not isinstance(value, Mapping):

@@ -17,8 +17,9 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from memsim.datafile import (catalog_names, check_keys, read_catalog_entry, read_toml_file,
-                             require_int, require_schema_version, require_str, require_table)
+from memsim.datafile import (catalog_names, check_keys, check_what_if_path, read_catalog_entry,
+                             read_toml_file, require_int, require_schema_version, require_str,
+                             require_table)
 from memsim.errors import ConfigError
 from memsim.runtime import runtime
 from memsim.formats import COMPUTE_CLASSES
@@ -221,6 +222,7 @@ class Device:
         chip = {p: v for p, v in overrides.items() if not p.startswith("runtime.")}
         data = copy.deepcopy(self.data)
         for path, value in chip.items():
+            check_what_if_path(path, file=self.file)
             if path == "cost.usd_per_chip_hour":
                 value = _number_from_text(value)
             _set_path(data, path, value, file=self.file)

@@ -29,9 +29,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from memsim.datafile import (catalog_names, check_keys, file_stamp, read_catalog_entry,
-                             read_toml_file, require_bool, require_int, require_str,
-                             require_table)
+from memsim.datafile import (catalog_names, check_keys, check_what_if_path, file_stamp,
+                             read_catalog_entry, read_toml_file, require_bool, require_int,
+                             require_str, require_table)
 from memsim.derive import figure_paths, resolve_base
 from memsim.errors import ConfigError
 from memsim.gemmtile import GemmTile, parse_gemm_tiles
@@ -178,6 +178,7 @@ class Runtime:
         """
         data = copy.deepcopy(self.data)
         for path, value in overrides.items():
+            check_what_if_path(path, file=self.file)
             value = _typed_text(_get_path(data, path), value)
             _set_path(data, path, value, file=self.file)
             data.setdefault("sources", {})[path] = f"what-if override: {value}"

@@ -241,3 +241,14 @@ def test_a_valid_trace_still_loads(tmp_path):
     trace = np.tile(np.array([0, 1], dtype=np.int64), (2, 32, 3, 1))
     np.save(path, trace)
     assert load_trace(str(path), memsim.model(MIXTRAL)).shape == (2, 32, 3, 2)
+
+
+@pytest.mark.parametrize("path", ["sources", "runtime.sources"])
+def test_a_what_if_of_a_files_whole_sources_table_is_one_clear_error(path, capsys):
+    """`--set sources=5` ended in a TypeError traceback (one citation, sources.FIELD, is a
+    label a what-if may set)."""
+    assert main(["run", "h100-sxm", "llama-3.2-1b", "--set", f"{path}=5"]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "citations" in err and len(err.splitlines()) == 1
+    with pytest.raises(ConfigError, match="citations"):
+        memsim.device("h100-sxm").with_overrides({path: "5"})
