@@ -18,6 +18,7 @@ batch-1 decode rows.
 
 from __future__ import annotations
 
+import math
 import statistics
 import sys
 from collections.abc import Sequence
@@ -226,8 +227,13 @@ def _check_row(row: dict[str, Any], i: int, file: str) -> None:
     require_int(row["context"], file=file, field=prefix + "context", minimum=0)
     require_str(row["metric"], file=file, field=prefix + "metric", choices=METRICS)
     require_str(row["runtime"], file=file, field=prefix + "runtime", choices=RUNTIMES)
-    if not isinstance(row["value"], (int, float)) or row["value"] <= 0:
-        raise ConfigError("expected a positive number", file=file, field=prefix + "value")
+    value = row["value"]
+    if (isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0
+            or not math.isfinite(value)):
+        raise ConfigError(f"expected a positive, finite number, got {value!r}", file=file,
+                          field=prefix + "value")
+    if "chips" in row:
+        require_int(row["chips"], file=file, field=prefix + "chips")
     if row["metric"] == "ttft_ms":
         require_int(row.get("prompt"), file=file, field=prefix + "prompt")
     if row.get("serving"):

@@ -90,6 +90,27 @@ def test_a_bad_measurement_names_its_field(tmp_path):
     assert info.value.field == "measurement.0.metric"
 
 
+@pytest.mark.parametrize("value", ["nan", "inf", "-1.0", "0"])
+def test_a_measurement_that_is_no_positive_finite_number_is_refused(tmp_path, value):
+    """nan and inf passed, showing +nan% and -100% rows."""
+    folder = folder_with(tmp_path, [dict(id="a", device="h100-sxm", model="llama-3-8b",
+                                         batch=1, metric="tokens_per_s_per_user", value=value)])
+    with pytest.raises(memsim.ConfigError) as info:
+        validate(folder)
+    assert info.value.field == "measurement.0.value"
+
+
+def test_a_rows_chip_count_that_is_no_integer_is_refused(tmp_path):
+    """chips = "x" ended in a ValueError traceback."""
+    folder = folder_with(tmp_path, [dict(id="a", device="h100-sxm", model="llama-3-8b",
+                                         batch=1, metric="tokens_per_s_per_user", value=1.0)])
+    text = (folder / "measurements.toml").read_text().replace('batch = 1', 'batch = 1\nchips = "x"')
+    (folder / "measurements.toml").write_text(text)
+    with pytest.raises(memsim.ConfigError) as info:
+        validate(folder)
+    assert info.value.field == "measurement.0.chips"
+
+
 def test_a_row_without_a_runtime_is_refused(tmp_path):
     folder = folder_with(tmp_path, [dict(id="a", device="h100-sxm", model="llama-3-8b",
                                          batch=1, metric="ms_per_token", value=1.0)])
