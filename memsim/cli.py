@@ -347,6 +347,8 @@ def _output(path: str | None, field: str = "--output") -> Path | None:
     out = Path(path)
     if not out.parent.exists():
         raise ConfigError(f"the folder {str(out.parent)!r} does not exist", file=path, field=field)
+    if out.is_dir():
+        raise ConfigError("this is a folder; name a file (in it)", file=path, field=field)
     return out
 
 
@@ -356,7 +358,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     output = _output(args.output)
     if not Path(args.store).exists():
         raise ConfigError("no such results store", file=args.store, field="store")
-    if output is not None and output.exists() and output.resolve() == Path(args.store).resolve():
+    if output is not None and output.exists() and output.samefile(args.store):   # links too
         raise ConfigError("the output is the store itself; name another file", file=args.output,
                           field="--output")
     if args.format == "parquet" and output is None:

@@ -140,6 +140,9 @@ def plot(kind: str, store_path: str | Path, output: str | Path, *, study: str | 
     if not output.parent.exists():
         raise ConfigError(f"the folder {str(output.parent)!r} does not exist",
                           file=str(output), field="output")
+    if output.is_dir():
+        raise ConfigError("this is a folder; name a file (in it)", file=str(output),
+                          field="output")
     fig = figure(kind, store_path, study=study, x=x, where=where)
     fig.savefig(output)
     _pyplot().close(fig)

@@ -282,7 +282,21 @@ def test_export_never_overwrites_its_own_store(tmp_path, capsys):
     before = store.read_bytes()
     assert main(["export", str(store), "-o", str(store)]) == 2
     assert main(["export", str(store), "-o", str(tmp_path / "." / "r.sqlite")]) == 2
+    (tmp_path / "hard.sqlite").hardlink_to(store)        # another name of the same file
+    assert main(["export", str(store), "-o", str(tmp_path / "hard.sqlite")]) == 2
     assert store.read_bytes() == before and len(_rows(store)) == 1
+
+
+@pytest.mark.parametrize("verb", ["export", "plot"])
+def test_writing_onto_a_folder_is_one_line(tmp_path, capsys, verb):
+    """An output that is a folder ended in an IsADirectoryError traceback."""
+    store = tmp_path / "r.sqlite"
+    memsim.sweep({"device": "h100-sxm", "model": "llama-3.2-1b", "context": 256}, store)
+    (tmp_path / "out.png").mkdir()
+    argv = (["export", str(store)] if verb == "export" else ["plot", "devices", str(store)])
+    assert main(argv + ["-o", str(tmp_path / "out.png")]) == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and "folder" in err
 
 
 @pytest.mark.parametrize("verb", ["export", "plot"])
