@@ -275,8 +275,8 @@ def _window(arch: Architecture, data: Mapping[str, Any], shape: dict[str, Any],
     layers = shape["layers"] if isinstance(shape["layers"], int) else 0
     types = data.get("layer_types")
     if types is not None:
-        if not isinstance(types, list) or not set(types) <= {"sliding_attention",
-                                                            "full_attention"}:
+        if not isinstance(types, list) or not all(
+                kind in ("sliding_attention", "full_attention") for kind in types):
             raise ConfigError(f"not yet: layer types other than sliding_attention and "
                               f"full_attention in {types!r}", file=file, field="layer_types")
         if len(types) != layers:

@@ -207,6 +207,14 @@ def test_layer_types_choose_the_windowed_layers(tmp_path):
     assert model.window_layers == (0, 3) and model.sliding_window == 64
 
 
+@pytest.mark.parametrize("types", [[[1], [1], [1], [1]], [{}, 1, None, "x"], "sliding"])
+def test_layer_types_that_are_not_names_are_one_error(tmp_path, types):
+    """A list of lists ended in a TypeError traceback (unhashable type: 'list')."""
+    with pytest.raises(ConfigError) as info:
+        load_model(write(tmp_path, base("gemma2", sliding_window=64, layer_types=types)))
+    assert info.value.field == "layer_types"
+
+
 def test_class_defaults_fill_omitted_fields(tmp_path):
     """config.json omits values equal to the transformers class default."""
     gemma2 = load_model(write(tmp_path, base("gemma2", head_dim=16)))
