@@ -313,6 +313,14 @@ def speculative(device: Device | str, target: Model | str, draft: Model | str | 
     """
     if method not in METHODS:
         raise ConfigError(f"expected one of {', '.join(METHODS)}, got {method!r}", field="method")
+    if tree is not None and method != "heads":
+        raise ConfigError(f"a candidate tree is the heads method's; {method} drafts one chain "
+                          "(gamma tokens)", field="tree")
+    given = [name for name, value in (("draft", draft), ("draft_device", draft_device),
+                                      ("draft_weights", draft_weights)) if value is not None]
+    if given and method != "draft":
+        raise ConfigError(f"the {method} method runs no draft model: {given[0]} would be "
+                          "ignored", field=given[0])
     if gamma == "auto":
         return _best_gamma(device, target, draft, acceptance, method=method, tree=tree,
                            draft_device=draft_device, draft_weights=draft_weights,

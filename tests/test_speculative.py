@@ -237,3 +237,17 @@ def test_a_gamma_out_of_range_is_one_clear_error(gamma):
     with pytest.raises(memsim.ConfigError, match=f"from 1 to {MAX_GAMMA}") as info:
         speculative("h100-sxm", "llama-3-8b", "llama-3.2-1b", gamma, 0.8)
     assert info.value.field == "gamma"
+
+
+@pytest.mark.parametrize("method, extra, field", [
+    ("ngram", {"tree": [3, 2]}, "tree"), ("draft", {"tree": [3, 2]}, "tree"),
+    ("ngram", {"draft": "llama-3.2-1b"}, "draft"), ("heads", {"draft_weights": "int8"},
+                                                    "draft_weights"),
+    ("heads", {"draft_device": "b200"}, "draft_device")])
+def test_an_input_the_method_would_ignore_is_refused(method, extra, field):
+    """A what-if that would change nothing is refused, not ignored (they ran, exit 0)."""
+    fields = {"draft": "llama-3.2-1b"} if method == "draft" and field != "draft" else {}
+    with pytest.raises(memsim.ConfigError) as info:
+        speculative("h100-sxm", "llama-3-8b", gamma=3, acceptance=0.8, method=method,
+                    **{**fields, **extra})
+    assert info.value.field == field
