@@ -272,6 +272,9 @@ def _window(arch: Architecture, data: Mapping[str, Any], shape: dict[str, Any],
     window = data["sliding_window"] if "sliding_window" in data else arch.window_default
     if window is None:
         return
+    if isinstance(window, bool) or not isinstance(window, int) or window < 1:
+        raise ConfigError(f"expected a window of at least one token, or null for none, got "
+                          f"{window!r}", file=file, field="sliding_window")
     layers = shape["layers"] if isinstance(shape["layers"], int) else 0
     types = data.get("layer_types")
     if types is not None:

@@ -215,6 +215,15 @@ def test_layer_types_that_are_not_names_are_one_error(tmp_path, types):
     assert info.value.field == "layer_types"
 
 
+@pytest.mark.parametrize("window", [0, -4, 4.5, "4096", True])
+def test_a_sliding_window_that_is_no_token_count_is_named(tmp_path, window):
+    """0 was reported as 'layer_types: window_layers given without a sliding_window' for a
+    file with no layer_types."""
+    with pytest.raises(ConfigError) as info:
+        load_model(write(tmp_path, base("mistral", sliding_window=window)))
+    assert info.value.field == "sliding_window"
+
+
 def test_class_defaults_fill_omitted_fields(tmp_path):
     """config.json omits values equal to the transformers class default."""
     gemma2 = load_model(write(tmp_path, base("gemma2", head_dim=16)))
