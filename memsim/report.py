@@ -610,8 +610,9 @@ def _summarize(counts: StepCounts, tier_names: tuple[str, ...],
     if work is None:            # one chip: the running sum of its ops, as add.at adds them
         work = np.array([running])
         step_time = running
-    host_s += max(0.0, hidden_host_s - step_time)   # the host work the device cannot hide
-    step_time += host_s
+    # the host work the device cannot hide: a step is never shorter than it
+    step_time, host_s = (max(step_time, hidden_host_s) + host_s,
+                         host_s + max(0.0, hidden_host_s - step_time))
     labels = _bound_labels(tier_names)
     time_split = _time_split(spent_on, kernel_fixed if with_fixed else None, launch, host_s,
                              step_time, float(work[0]) if len(work) == 1 else float(work.mean()))

@@ -164,10 +164,17 @@ def test_prompt_steps_equal_the_reference_twin(run):
 
 # Properties --------------------------------------------------------------------------------
 
+# The tiny model's steps are shorter than TensorRT-LLM's 0.15 ms of host work a step, which
+# then bounds them (memsim.report: overlapped host work is hidden only up to the device's step):
+# the properties below are about the device's time, so its runtime here has no host work.
+def _device_only(cores: int) -> memsim.Device:
+    return _device(cores=cores).with_overrides({"runtime.host_per_step": "0 us"})
+
+
 @settings(max_examples=examples(25), deadline=None)
 @given(prompt=st.integers(1, 300), more=st.integers(1, 300), batch=st.integers(1, 2))
 def test_prefill_time_grows_with_the_prompt_and_weight_bytes_do_not(prompt, more, batch):
-    device = _device(cores=8)
+    device = _device_only(cores=8)
     short = memsim.emulate(device, TINY, Prefill(batch=batch, prompt=prompt))
     long = memsim.emulate(device, TINY, Prefill(batch=batch, prompt=prompt + more))
     assert long.time_per_step > short.time_per_step
@@ -180,7 +187,7 @@ def test_prefill_time_grows_with_the_prompt_and_weight_bytes_do_not(prompt, more
 # Mixed serving steps -------------------------------------------------------------------------
 
 def test_mixed_step_reads_weights_once_and_slows_the_decoding_sequences():
-    device = _device(cores=8)
+    device = _device_only(cores=8)
     plain = memsim.emulate(device, TINY, Decode(batch=4, context=40))
     mixed = memsim.emulate(device, TINY, Decode(batch=4, context=40, prefill_chunk=48,
                                                 prefill_context=16))
