@@ -100,25 +100,17 @@ def test_a_measurement_that_is_no_positive_finite_number_is_refused(tmp_path, va
     assert info.value.field == "measurement.0.value"
 
 
-def test_a_rows_chip_count_that_is_no_integer_is_refused(tmp_path):
-    """chips = "x" ended in a ValueError traceback."""
-    folder = folder_with(tmp_path, [dict(id="a", device="h100-sxm", model="llama-3-8b",
-                                         batch=1, metric="tokens_per_s_per_user", value=1.0)])
-    text = (folder / "measurements.toml").read_text().replace('batch = 1', 'batch = 1\nchips = "x"')
-    (folder / "measurements.toml").write_text(text)
-    with pytest.raises(memsim.ConfigError) as info:
-        validate(folder)
-    assert info.value.field == "measurement.0.chips"
-
-
-def test_a_row_without_a_runtime_is_refused(tmp_path):
+@pytest.mark.parametrize("old, new, field", [
+    ('runtime = "vllm"\n', "", "runtime"),                  # a row must say its stack
+    ("batch = 1", 'batch = 1\nchips = "x"', "chips")])      # a ValueError traceback before
+def test_a_row_missing_or_misstating_a_field_is_refused_at_it(tmp_path, old, new, field):
     folder = folder_with(tmp_path, [dict(id="a", device="h100-sxm", model="llama-3-8b",
                                          batch=1, metric="ms_per_token", value=1.0)])
-    text = (folder / "measurements.toml").read_text().replace('runtime = "vllm"\n', "")
+    text = (folder / "measurements.toml").read_text().replace(old, new)
     (folder / "measurements.toml").write_text(text)
     with pytest.raises(memsim.ConfigError) as info:
         load_measurements(folder)
-    assert info.value.field == "measurement.0.runtime"
+    assert info.value.field == f"measurement.0.{field}"
 
 
 def _row(error: float | None, *, device="h100-sxm", runtime="vllm", batch=1, chips=1,
