@@ -109,8 +109,9 @@ def _raw(data: Mapping[str, Any], path: str) -> Any:
     return node
 
 
-def typed_value(path: str, value: Any, current: Any = None) -> Any:
-    """A ``--set`` value parsed by its field's type; ``current`` is the device file's value.
+def typed_value(path: str, value: Any, current: Any = None, *, file: str | None = None) -> Any:
+    """A ``--set`` value parsed by its field's type; ``current`` is the value in the device
+    ``file``, which an error names.
 
     An integer field (the file holds a plain integer, or the Device dataclass declares one)
     takes ``64`` or ``"64"``; the price takes a number or its text; anything else is passed on
@@ -120,32 +121,33 @@ def typed_value(path: str, value: Any, current: Any = None) -> Any:
         current is None and path in INT_PATHS)
     if integer:
         if isinstance(value, bool):
-            raise ConfigError(f"expected an integer, got {value!r}", field=path)
+            raise ConfigError(f"expected an integer, got {value!r}", file=file, field=path)
         if isinstance(value, int):
             return value
         try:
             return int(str(value).strip().replace(",", ""))
         except ValueError:
-            raise ConfigError(f"expected an integer, got {value!r}", field=path) from None
+            raise ConfigError(f"expected an integer, got {value!r}", file=file,
+                              field=path) from None
     if isinstance(value, str) and value.strip()[:1] in ("[", "{"):
-        return _inline_value(value, path)
+        return _inline_value(value, path, file)
     if path in FLOAT_PATHS and isinstance(value, str):
         try:
             return float(value)
         except ValueError:
             raise ConfigError(f"expected a price in USD such as 2.99, got {value!r}",
-                              field=path) from None
+                              file=file, field=path) from None
     return value
 
 
-def _inline_value(text: str, path: str) -> Any:
+def _inline_value(text: str, path: str, file: str | None) -> Any:
     """A list or table written as TOML on the command line (``--set
     runtime.collective.custom_allreduce_chips=[4,8]``), as a study file would give it."""
     try:
         return tomllib.loads(f"value = {text.strip()}")["value"]
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"expected a TOML list or table such as [4, 8] or {{\"2\" = \"1 kB\"}}, "
-                          f"got {text!r} ({exc})", field=path) from None
+                          f"got {text!r} ({exc})", file=file, field=path) from None
 
 
 @dataclass(frozen=True)
@@ -191,7 +193,7 @@ class DeviceRequest:
     def overrides(self, dev: Device) -> dict[str, Any]:
         """Every what-if this request makes of ``dev``, typed, as ``Device.with_overrides``
         takes them."""
-        out = {path: typed_value(path, thaw(value), _raw(dev.data, path))
+        out = {path: typed_value(path, thaw(value), _raw(dev.data, path), file=dev.file)
                for path, value in self.sets}
         if self.policy not in ("auto", dev.layout.policy):
             asked = out.get(POLICY_PATH, self.policy)

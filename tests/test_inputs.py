@@ -227,3 +227,13 @@ def test_a_sweep_computes_again_the_points_of_an_edited_device_file(tmp_path):
 def test_a_catalog_point_records_no_files():
     point = memsim.study.grid(device="h100-sxm", model="llama-3-8b")[0]
     assert point.named_files() == () and "files" not in point.inputs()
+
+
+@pytest.mark.parametrize("what_if", ["cores=1e3", "tile.k=64.5",
+                                     "runtime.collective.custom_allreduce_chips=[4,"])
+def test_a_what_if_that_cannot_be_read_names_the_device_file(what_if):
+    """`--set cores=1e3` printed its field but not the file it is a what-if of."""
+    path, value = what_if.split("=", 1)
+    with pytest.raises(ConfigError) as info:
+        device_from(request_of("h100-sxm", sets=((path, value),)))
+    assert info.value.file == "devices/h100-sxm.toml" and info.value.field == path
