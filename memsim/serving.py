@@ -179,9 +179,15 @@ def serve(device: Device | str, model: Model | str, *, input_tokens: int, output
     if unknown:
         raise ConfigError(f"expected Decode fields (weights, kv, tp, runtime, ...), got "
                           f"{', '.join(unknown)}", field=unknown[0])
-    template = Decode(batch=1, context=inputs + outputs // 2, **fields)
-    dev, mod = resolve(device, model, template)
-    live = _live_sequences(dev, mod, template, cap, inputs + outputs)
+    try:
+        template = Decode(batch=1, context=inputs + outputs // 2, **fields)
+        dev, mod = resolve(device, model, template)
+        live = _live_sequences(dev, mod, template, cap, inputs + outputs)
+    except ConfigError as exc:         # the steps' context is the requests' tokens
+        if exc.field != "context" or isinstance(exc, CapacityError):
+            raise
+        raise ConfigError(f"{exc.reason} (a request's context is its input_tokens and "
+                          "output_tokens)", file=exc.file, field="input_tokens") from None
     if budget is not None and scheduling == "mixed" and budget < live:
         raise ConfigError(f"a step must hold the {live} decoding sequences: token_budget "
                           f"{budget} is below them", field="token_budget")

@@ -178,3 +178,12 @@ def test_one_output_token_is_refused_with_its_reason(scheduling, clients):
         serve("h100-sxm", "llama-3-8b", input_tokens=1024, output_tokens=1,
               concurrency=clients, scheduling=scheduling)
     assert info.value.field == "output_tokens"
+
+
+@pytest.mark.parametrize("inputs", [10**20, 10**13])
+def test_requests_too_long_to_count_name_the_tokens_the_user_gave(inputs):
+    """The steps' context is the requests' tokens: its limits were blamed on `context`, a
+    field serve sets itself."""
+    with pytest.raises(memsim.ConfigError) as info:
+        serve("h100-sxm", "llama-3-8b", input_tokens=inputs, output_tokens=4, concurrency=2)
+    assert info.value.field == "input_tokens"
