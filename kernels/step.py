@@ -98,7 +98,8 @@ C_STEP_TOKENS = 33  # embedding: tokens the whole batch looks up per step
 C_ROUTE = 34        # MoE: row of the step's route table this op reads (-1: not routed)
 C_ROUTE_COL = 35    # MoE: its column: the expert (its tokens are M), or a chip's sent rows
 C_LAUNCHES = 36     # launches the op pays (0 for an expert inside a fused MoE kernel)
-C_GEMV = 37         # 1: a matmul may run as a GEMV on the vector units (no M padding)
+C_GEMV = 37         # rows up to which a matmul may run as a GEMV on the vector units (no M
+                    # padding; 0: never): the runtime's GEMV kernels' most activation rows
 C_ACT_REUSE = 38    # N tiles of a matmul that read one staged activation chunk (a CTA's width)
 C_TILE_M = 39       # matmul rows per M tile (a CTA's output rows); 0: M is one tile (decode)
 C_Q_TILE = 40       # attention: new tokens per query tile (flash attention); 0: one tile
@@ -906,7 +907,7 @@ def _matmul(op, m, op_int, op_float, n_cores, vector_rate, tier_bandwidth, tier_
     core_peak = op_float[op, F_PEAK] / n_cores
     core_vector = vector_rate / n_cores
     dequant_ops = op_float[op, F_DEQUANT_OPS]
-    gemv = op_int[op, C_GEMV] == 1
+    gemv = m <= op_int[op, C_GEMV]
     gemv_s = op_float[op, F_GEMV:F_GEMV + 2 * N_GEMV_PIPES]
     share = op_int[op, C_GRID_SHARE]
     grid = n_cores // share             # the cores this op's units have in a shared grid

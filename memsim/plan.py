@@ -1483,7 +1483,8 @@ def _lower_stage(device: Device, model: Model, workload: Decode, sh: Shard,
                           (k.C_STEP_TOKENS, step_tokens or workload.step_tokens),
                           (k.C_TILE_M, tile_m),
                           (k.C_ROUTE, -1), (k.C_LAUNCHES, 1),
-                          (k.C_GEMV, int(stack.small_batch_gemv)), (k.C_SPLIT_K, 1),
+                          (k.C_GEMV, stack.gemv_max_rows if stack.small_batch_gemv else 0),
+                          (k.C_SPLIT_K, 1),
                           (k.C_GRID_SHARE, 1),
                           (k.C_ACT_REUSE, act_reuse_tiles(device, tile_n))):
         template[column] = value

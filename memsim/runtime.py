@@ -155,6 +155,7 @@ class Runtime:
     file: str
     data: dict[str, Any] = field(repr=False, compare=False, hash=False)
     small_batch_gemv: bool = False    # small-M matmuls run as GEMVs on the vector units
+    gemv_max_rows: int = 1            # ... of at most this many activation rows (else a GEMM)
     pipeline: Pipeline = Pipeline()   # pipeline hand-offs and graphs (memsim.handoff)
     gemv: tuple[tuple[str, InstructionMix], ...] = ()   # GEMV instructions per weight, by format
     gemm: tuple[tuple[str, GemmTile], ...] = ()   # a format's GEMM CTA tile rows and split-K
@@ -226,7 +227,7 @@ def _set_path(data: dict, path: str, value: Any, *, file: str) -> None:
 
 _TOP_REQUIRED = ("schema_version", "name", "description", "graph", "launch", "graph_launch",
                  "host_per_step", "host_overlap", "fusion", "collective", "speculative")
-_TOP_OPTIONAL = ("sources", "small_batch_gemv", "pipeline", "gemv", "gemm")
+_TOP_OPTIONAL = ("sources", "small_batch_gemv", "gemv_max_rows", "pipeline", "gemv", "gemm")
 _FUSION_KEYS = ("fused_qkv", "fused_gate_up", "fused_norm_residual", "fused_moe",
                 "extra_kernels_per_layer", "attention_split")
 _CUSTOM_KEYS = ("custom_allreduce_max_bytes", "custom_allreduce_chips", "custom_allreduce_links",
@@ -363,6 +364,8 @@ def _build(data: Mapping[str, Any], *, file: str, base: str | None,
         data=copy.deepcopy(dict(data)),
         small_batch_gemv=require_bool(data.get("small_batch_gemv", False), file=file,
                                       field="small_batch_gemv"),
+        gemv_max_rows=require_int(data.get("gemv_max_rows", 1), file=file,
+                                  field="gemv_max_rows"),
         pipeline=pipeline_of(data, file=file),
         gemv=parse_mixes(data["gemv"], file=file) if "gemv" in data else (),
         gemm=parse_gemm_tiles(data["gemm"], file=file) if "gemm" in data else (),

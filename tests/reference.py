@@ -183,8 +183,9 @@ def run_step(plan: Plan, state: ReferenceState, step: int, routes=None) -> dict:
             out_bits = k.PARTIAL_SUM_BITS if split > 1 else act_bits
             quant_ops = act_quant * m * kdim
             counters["vector_ops"] += int(quant_ops)
+            gemv = m <= row[k.C_GEMV]     # the runtime's GEMV takes at most C_GEMV rows
             in_flight = 0.0       # resident blocks (a GEMV's, or CTAs without split-K) x bytes
-            if (row[k.C_GEMV] or not row[k.C_SPLIT_K]) and mlp[0] > 0 and m <= mlp[3]:
+            if (gemv or not row[k.C_SPLIT_K]) and mlp[0] > 0 and m <= mlp[3]:
                 in_flight = min(_ceil(n, int(mlp[2])), grid * mlp[1]) * mlp[0]
             for w in range(waves):
                 slowest = quant_ops / dev.vector_ops_per_s if w == 0 else 0.0
@@ -214,7 +215,7 @@ def run_step(plan: Plan, state: ReferenceState, step: int, routes=None) -> dict:
                     core_vector = dev.vector_ops_per_s / cores
                     unit_s = max(2.0 * padded_rows(rows) * elements / (peak / cores),
                                  vector_ops / core_vector)
-                    if row[k.C_GEMV]:       # a counted GEMV is the kernel the runtime runs
+                    if gemv:                # a counted GEMV is the kernel the runtime runs
                         per_weight = max(f + rows * r for f, r in zip(gemv_fixed, gemv_row))
                         unit_s = (per_weight * elements if per_weight > 0 else
                                   min(unit_s, (2.0 * rows * elements + vector_ops)

@@ -198,6 +198,8 @@ RUNTIME_EFFECTS: dict[str, Moves | Refused | Label] = {
     "host_overlap": Moves(False, TIME, keeps=COUNTS),
     "small_batch_gemv": Moves(False, TIME, keeps=COUNTS,             # a slow matrix unit
                               base_sets=(("compute.bf16", "5 TFLOPS"),)),
+    "gemv_max_rows": Moves(1, TIME, keeps=COUNTS, workload=wl(batch=4),   # batch 4 past it
+                           base_sets=(("compute.bf16", "5 TFLOPS"),)),
     "fusion.fused_qkv": Moves(False, TIME),
     "fusion.fused_gate_up": Moves(False, TIME),
     "fusion.fused_norm_residual": Moves(False, TIME),
