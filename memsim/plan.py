@@ -1545,10 +1545,9 @@ def _lower_stage(device: Device, model: Model, workload: Decode, sh: Shard,
         row[k.C_LAUNCHES] = launches
 
     def all_reduce(name: str, layer: int, width: int, passes: int = 2) -> None:
-        if sh.tp > 1:
-            row = add_op(name, k.OP_COLLECTIVE, layer, -1, act, m=_M_ROWS, kk=width,
-                         chips=sh.tp, passes=passes)
-            floats[-1] = floats[-1][:3] + collective_seconds(stack, device, row) + NO_GEMV
+        if sh.tp > 1:       # its link times follow the batch: _StageRows.with_batch sets them
+            add_op(name, k.OP_COLLECTIVE, layer, -1, act, m=_M_ROWS, kk=width, chips=sh.tp,
+                   passes=passes)
 
     residual_adds = 0 if fusion.fused_norm_residual else 1
     h, hd = model.hidden, model.head_dim
@@ -1732,16 +1731,13 @@ def _lower_stage(device: Device, model: Model, workload: Decode, sh: Shard,
             item_no += 1
         if expert_chip >= 0:
             continue                    # expert-parallel chips are side by side, not a pipeline
+        # a hand-off's link times follow the batch too (_StageRows.with_batch)
         if stage < stages - 1:
-            row = add_op("send", k.OP_SEND, -1, -1, act, m=_M_ROWS, kk=h,
-                         act_bits=stack.pipeline.handoff_bits or act.element_bits)
-            floats[-1] = floats[-1][:3] + send_seconds(
-                device, stack, row, to_first=False, stage=stage, stages=stages, tp=sh.tp) + NO_GEMV
+            add_op("send", k.OP_SEND, -1, -1, act, m=_M_ROWS, kk=h,
+                   act_bits=stack.pipeline.handoff_bits or act.element_bits)
         elif stages > 1:
-            row = add_op("send_tokens", k.OP_SEND, -1, -1, act, m=_M_ROWS, kk=1,
-                         act_bits=TOKEN_ID_BITS)
-            floats[-1] = floats[-1][:3] + send_seconds(
-                device, stack, row, to_first=True, stage=stage, stages=stages, tp=sh.tp) + NO_GEMV
+            add_op("send_tokens", k.OP_SEND, -1, -1, act, m=_M_ROWS, kk=1,
+                   act_bits=TOKEN_ID_BITS)
     if len(rows) > built:
         pieces.append(("rows", built, len(rows)))
 
