@@ -1549,8 +1549,8 @@ def _repeat_layers(op, length, op_int, op_float, tensor_next, tensor_base, arena
 @jit
 def walk_step(op_int, op_float, step, seed, n_cores, vector_rate, launch_s, kernel_fixed_s,
               host_launch_s, tier_bandwidth, tier_latency_s, tier_granularity, routes, arena,
-              first_op, max_runs, tensor_next,
-              tensor_base, read_bits, written_bits, results, times):
+              first_op, max_runs, tensor_next, tensor_base, read_bits, written_bits, results,
+              times):
     """Emulate decode step ``step`` (0-based) of the plan's ops from ``first_op`` on,
     accumulating into the outputs; returns the op it stopped before (the op count when done).
 

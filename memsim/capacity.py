@@ -2,9 +2,10 @@
 
 A configuration is tensor parallel ``tp`` x pipeline stages ``pp`` on one link domain
 (``link.max_chips``), without expert parallelism whatever the workload asks (a workload's
-``ep`` is planned as given by ``memsim.plan``; the table says what a dense split needs). For each tensor-parallel degree that shards the model, the fewest stages
-is what a greedy fill of the per-chip tensors gives (contiguous stages, each chip's tiers within
-capacity); the plan that the emulator would run then confirms it. The answer is the smallest
+``ep`` is planned as given by ``memsim.plan``; the table says what a dense split needs). For
+each tensor-parallel degree that shards the model, the fewest stages is what a greedy fill of
+the per-chip tensors gives (contiguous stages, each chip's tiers within capacity); the plan
+that the emulator would run then confirms it. The answer is the smallest
 ``tp x pp``, ties going to fewer stages (a shorter pipeline).
 
 :func:`max_batch` answers the other way round: the largest batch a given configuration holds

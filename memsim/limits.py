@@ -37,7 +37,7 @@ if TYPE_CHECKING:  # the data floor: limits is imported by device.py, so no runt
     from memsim.workload import Decode
 
 __all__ = ["FIGURE_RANGES", "INT64_MAX", "MAX_STEPS", "MAX_DRAFT_HEADS", "MAX_TILE_ELEMENTS",
-           "MAX_SAMPLES", "FigureRange", "check_figure", "check_int64", "check_samples",
+           "MAX_SAMPLES", "MAX_GAMMA", "FigureRange", "check_figure", "check_int64", "check_samples",
            "check_sizes", "largest_counts"]
 
 #: The largest value of a signed 64-bit counter: every byte, bit, FLOP and tile count of a plan
@@ -52,6 +52,9 @@ MAX_TILE_ELEMENTS = 2**32      # tile_k x tile_n of one weight tile
 MAX_TILE_SIDE = 2**24          # tile_k or tile_n alone
 #: Monte Carlo draws of a speculative run (``--samples``): 10^7 draws take seconds.
 MAX_SAMPLES = 10**7
+#: Draft tokens per speculative iteration: a verification of gamma + 1 tokens per sequence, far
+#: past any published draft length (EAGLE-2's trees verify ~60 tokens).
+MAX_GAMMA = 4096
 
 
 @dataclass(frozen=True)

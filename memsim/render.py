@@ -310,8 +310,8 @@ def chunk_text(report: Any) -> str:
     cached = report.workload["prefill_context"] + (len(report.steps) - 1) * chunk
     return (f"inter-token latency of the {report.workload['batch']} decoding sequence(s), with "
             f"a {chunk}-token prompt chunk in each step (this one after {cached} cached prompt "
-            f"tokens): "
-            f"{format_quantity(report.time_per_token, 'time')}, bound by {report.bottleneck}\n")
+            f"tokens): {format_quantity(report.time_per_token, 'time')}, bound by "
+            f"{report.bottleneck}\n")
 
 
 def prefill_text(report: Any, ttft: dict[str, Any], *, per_op: bool = False) -> str:

@@ -29,7 +29,7 @@ from memsim.errors import CapacityError, ConfigError
 from memsim.formats import get_format
 from memsim.kernels import sampling as mc
 from memsim.inputs import decode_from, model_from
-from memsim.limits import check_samples
+from memsim.limits import MAX_GAMMA, check_samples
 from memsim.model import Model
 from memsim.plan import SystemPlan, kv_row_bits, plan_system
 from memsim.report import StepSummary
@@ -38,10 +38,6 @@ from memsim.workload import Decode
 
 METHODS = ("draft", "heads", "ngram")
 MAX_AUTO_GAMMA = 12
-# Draft tokens per iteration memsim emulates at most: a verification of gamma + 1 tokens per
-# sequence, far past any published draft length (EAGLE-2's trees verify ~60 tokens), and a
-# bound that keeps the acceptance tables and counters small (docs/limits.md)
-MAX_GAMMA = 4096
 
 
 @dataclass(frozen=True)

@@ -232,7 +232,7 @@ def test_a_draft_sharing_a_hybrid_chip_pins_in_what_the_target_leaves():
 @pytest.mark.parametrize("gamma", [0, 4097, 2**63 - 1, 10**20])
 def test_a_gamma_out_of_range_is_one_clear_error(gamma):
     """10^20 ended in an OverflowError and 2^63 - 1 in a MemoryError."""
-    from memsim.speculative import MAX_GAMMA
+    from memsim.limits import MAX_GAMMA
 
     with pytest.raises(memsim.ConfigError, match=f"from 1 to {MAX_GAMMA}") as info:
         speculative("h100-sxm", "llama-3-8b", "llama-3.2-1b", gamma, 0.8)
