@@ -180,7 +180,10 @@ class Runtime:
         data = copy.deepcopy(self.data)
         for path, value in overrides.items():
             check_what_if_path(path, file=self.file)
-            value = _typed_text(_get_path(data, path), value)
+            current = _get_path(data, path)
+            if current is None and "." not in path:      # an optional key the file omits:
+                current = getattr(self, path, None)       # typed as its default
+            value = _typed_text(current, value)
             _set_path(data, path, value, file=self.file)
             data.setdefault("sources", {})[path] = f"what-if override: {value}"
         return _build(data, file=f"{self.file} (with overrides)", base=self.base,

@@ -610,3 +610,15 @@ def test_an_edited_runtime_file_is_read_again(tmp_path):
     assert runtime(str(path)).host_per_step_s == 1e-3
     _stack_file(tmp_path, host="2.5 ms")
     assert runtime(str(path)).host_per_step_s == 2.5e-3
+
+
+def test_an_optional_key_a_file_omits_takes_text_as_its_default_is_typed():
+    """`--set runtime.gemv_max_rows=8` on a runtime whose file omits the key was refused as
+    'expected an integer, got '8'' while the API's 8 was taken: both doors now agree."""
+    stack = runtime("vllm")
+    assert "gemv_max_rows" not in stack.data
+    assert stack.with_overrides({"gemv_max_rows": "8"}) == stack.with_overrides(
+        {"gemv_max_rows": 8})
+    neuron = runtime("neuron")
+    assert "small_batch_gemv" not in neuron.data
+    assert neuron.with_overrides({"small_batch_gemv": "true"}).small_batch_gemv is True
